@@ -1,0 +1,285 @@
+//! The command line, as clap types. Flag names are a contract: scripts call them exactly.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::data::{Format, ScaleKind};
+use crate::learn::metrics::F1Class;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "neyman",
+    version,
+    about = "Low-false-positive classifiers from streams"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Train a model from a data file and write it to --out.
+    Train(TrainArgs),
+    /// Score every row of a data file with a model.
+    Score(ScoreArgs),
+    /// Evaluate an algorithm on a labelled data file over repeated PU splits.
+    Eval(EvalArgs),
+    /// Model file tools.
+    Model {
+        #[command(subcommand)]
+        command: ModelCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Print a model's metadata as JSON.
+    Inspect { model: PathBuf },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Algo {
+    Usmo,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KernelName {
+    Linear,
+    Rbf,
+    Poly,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    Csv,
+    Libsvm,
+}
+
+impl From<FormatArg> for Format {
+    fn from(f: FormatArg) -> Format {
+        match f {
+            FormatArg::Csv => Format::Csv,
+            FormatArg::Libsvm => Format::Libsvm,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScaleArg {
+    None,
+    Standard,
+    Minmax,
+}
+
+impl From<ScaleArg> for ScaleKind {
+    fn from(s: ScaleArg) -> ScaleKind {
+        match s {
+            ScaleArg::None => ScaleKind::None,
+            ScaleArg::Standard => ScaleKind::Standard,
+            ScaleArg::Minmax => ScaleKind::MinMax,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum F1ClassArg {
+    Positive,
+    Majority,
+}
+
+impl From<F1ClassArg> for F1Class {
+    fn from(c: F1ClassArg) -> F1Class {
+        match c {
+            F1ClassArg::Positive => F1Class::Positive,
+            F1ClassArg::Majority => F1Class::Majority,
+        }
+    }
+}
+
+/// Where the samples come from and how they are read.
+#[derive(Debug, Clone, Args)]
+pub struct DataArgs {
+    /// Data file: CSV with a header, or LIBSVM/svmlight; optionally .gz.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// File format; inferred from the extension when absent.
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// CSV column holding the label (1 positive, -1 negative, 0 unlabeled).
+    #[arg(long, default_value = "label")]
+    pub label_column: String,
+    /// CSV column holding the sample id (default: the 0-based row index).
+    #[arg(long)]
+    pub id_column: Option<String>,
+    /// Treat -1 rows as unlabeled instead of keeping them as evaluation negatives.
+    #[arg(long)]
+    pub negatives_as_unlabeled: bool,
+}
+
+/// The model's hyper-parameters.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// π: the class prior of the positives, in (0, 1).
+    #[arg(allow_negative_numbers = true, long)]
+    pub prior: Option<f64>,
+    /// λ: the regularisation weight (eval picks it by cross-validation when absent).
+    #[arg(allow_negative_numbers = true, long)]
+    pub lambda: Option<f64>,
+    #[arg(long, value_enum)]
+    pub kernel: KernelName,
+    /// RBF/poly γ (default 1/n_features).
+    #[arg(allow_negative_numbers = true, long)]
+    pub gamma: Option<f64>,
+    /// Polynomial degree.
+    #[arg(long, default_value_t = 3)]
+    pub degree: u32,
+    /// Polynomial coef0.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
+    pub coef0: f64,
+    /// Feature scaling, fitted on the training rows and stored in the model.
+    #[arg(long, value_enum, default_value = "standard")]
+    pub scale: ScaleArg,
+    /// Stop when max l − min r ≤ tol (note §3.2).
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1e-3)]
+    pub tol: f64,
+    /// Stop after this many pair steps (reported as converged: false).
+    #[arg(long)]
+    pub max_iter: Option<u64>,
+    /// Stop after this long: seconds (600, 0.5) or a number with ms|s|m|h.
+    #[arg(long, value_parser = parse_duration)]
+    pub time_limit: Option<Duration>,
+    /// Kernel-row cache budget in MiB.
+    #[arg(long, default_value_t = 256)]
+    pub cache_mb: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TrainArgs {
+    #[arg(long, value_enum)]
+    pub algo: Algo,
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Rows A:B to train on (0-based, half-open, over data rows; applied after PU labelling).
+    #[arg(long)]
+    pub rows: Option<String>,
+    /// For fully labelled files: label this fraction of the positives, make the rest unlabeled.
+    #[arg(long)]
+    pub pu_labeled_fraction: Option<f64>,
+    /// Seed for --pu-labeled-fraction.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Start from this model's solution (same kernel; its scaler is reused).
+    #[arg(long)]
+    pub warm_start: Option<PathBuf>,
+    /// Where to write the model.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
+    /// No progress bar, warnings only.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ScoreArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Data file; its label column is optional.
+    #[arg(long)]
+    pub data: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    #[arg(long, default_value = "label")]
+    pub label_column: String,
+    #[arg(long)]
+    pub id_column: Option<String>,
+    /// Output file: JSON Lines when it ends in .jsonl or .json, CSV otherwise; stdout (CSV)
+    /// when absent.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    #[arg(long, value_enum)]
+    pub algo: Algo,
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Fraction of the training positives that keep their label.
+    #[arg(long)]
+    pub pu_labeled_fraction: f64,
+    #[arg(long, default_value_t = 10)]
+    pub repeats: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Share of rows held out for testing (stratified), unless --transductive.
+    #[arg(long, default_value_t = 0.333)]
+    pub test_fraction: f64,
+    /// Train on every row and evaluate on the unlabeled rows (the USMO paper's protocol).
+    #[arg(long)]
+    pub transductive: bool,
+    /// Which class's F1 to report: the positive class, or the majority class of the
+    /// evaluation labels (ties: negative), as the USMO paper does.
+    #[arg(long, value_enum, default_value = "positive")]
+    pub f1_class: F1ClassArg,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `600`, `0.5` (seconds) or a number with `ms`, `s`, `m` or `h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 600, 0.5, 600s, 10m, 1h)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown duration unit {unit:?} (use ms, s, m or h)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| format!("{text:?} is not a non-negative finite duration"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_in_every_documented_form() {
+        assert_eq!(parse_duration("600"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("600s"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("10d").is_err());
+        assert!(parse_duration("abc").is_err());
+    }
+}

@@ -1,0 +1,279 @@
+//! `neyman eval`: repeated PU experiments on a fully labelled file.
+//!
+//! Each repeat r uses the seed `--seed + r`. Protocols:
+//! - `holdout` (default): a stratified split keeps `--test-fraction` of the rows for testing;
+//!   the training part is PU-labelled (`--pu-labeled-fraction`) and the model is scored on the
+//!   test part against its true labels.
+//! - `transductive` (`--transductive`, the USMO paper's protocol): every row is PU-labelled and
+//!   trained on; the model is scored on the rows left unlabeled, against their true labels.
+//!
+//! Without `--lambda`, λ is chosen from {1e-4, 1e-3, 1e-2, 1e-1} by 3-fold cross-validation on
+//! the training part, using only its PU labels: the criterion is the unbiased PU zero-one risk
+//! R = 2π·FNR_P + flag-rate_U − π (ties go to the smaller λ). A prediction is positive when the
+//! decision value is > 0.
+
+use std::sync::atomic::AtomicBool;
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde_json::json;
+
+use super::args::{Algo, EvalArgs, ReportFormat};
+use super::{fit_scaler, read_data, usmo_params, with_spinner, CliError};
+use crate::data::{Dataset, Label};
+use crate::learn::metrics::{f1_for, mean_sd, roc_auc, Confusion, F1Class};
+
+const LAMBDA_GRID: [f64; 4] = [1e-4, 1e-3, 1e-2, 1e-1];
+const CV_FOLDS: usize = 3;
+
+/// One repeat's outcome.
+struct Outcome {
+    accuracy: f64,
+    f1: f64,
+    auc: Option<f64>,
+    lambda: f64,
+    converged: bool,
+}
+
+/// Trains on `train` (already PU-labelled, raw features) and returns the decision values of
+/// `test` rows.
+fn train_and_score(
+    args: &EvalArgs,
+    lambda: f64,
+    train: &Dataset,
+    test: &Dataset,
+    cancel: &AtomicBool,
+) -> Result<(Vec<f64>, bool), CliError> {
+    let params = usmo_params(&args.model, lambda, train.rows.n_features())?;
+    let scaler = fit_scaler(&args.model, train);
+    let scaled = Dataset {
+        rows: scaler.transform(&train.rows),
+        labels: train.labels.clone(),
+        ids: train.ids.clone(),
+    };
+    let fit = params.fit(&scaled, cancel)?;
+    let mut scores = vec![0.0; test.len()];
+    fit.expansion
+        .decision_batch(&scaler.transform(&test.rows), &mut scores);
+    Ok((scores, fit.report.converged))
+}
+
+/// λ from the grid by cross-validated PU zero-one risk on a PU-labelled training set.
+fn choose_lambda(
+    args: &EvalArgs,
+    train: &Dataset,
+    seed: u64,
+    cancel: &AtomicBool,
+) -> Result<f64, CliError> {
+    let prior = args.model.prior.unwrap_or(0.5);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_cafe);
+    // Folds stratified by PU label so every fold has positives.
+    let mut fold_of = vec![0usize; train.len()];
+    for label in [Label::Positive, Label::Unlabeled] {
+        let mut idx = train.indices_of(label);
+        idx.shuffle(&mut rng);
+        for (k, &i) in idx.iter().enumerate() {
+            fold_of[i] = k % CV_FOLDS;
+        }
+    }
+    let mut best = (f64::INFINITY, LAMBDA_GRID[0]);
+    for &lambda in &LAMBDA_GRID {
+        let mut risk = 0.0;
+        for fold in 0..CV_FOLDS {
+            let fit_rows: Vec<usize> = (0..train.len()).filter(|&i| fold_of[i] != fold).collect();
+            let held: Vec<usize> = (0..train.len()).filter(|&i| fold_of[i] == fold).collect();
+            let (fit, held) = (train.select(&fit_rows), train.select(&held));
+            let (scores, _) = train_and_score(args, lambda, &fit, &held, cancel)?;
+            let (mut p, mut p_miss, mut u, mut u_flag) = (0.0, 0.0, 0.0, 0.0);
+            for (s, l) in scores.iter().zip(&held.labels) {
+                match l {
+                    Label::Positive => {
+                        p += 1.0;
+                        p_miss += f64::from(u8::from(*s <= 0.0));
+                    }
+                    _ => {
+                        u += 1.0;
+                        u_flag += f64::from(u8::from(*s > 0.0));
+                    }
+                }
+            }
+            let fnr = if p > 0.0 { p_miss / p } else { 0.0 };
+            let flag = if u > 0.0 { u_flag / u } else { 0.0 };
+            risk += 2.0 * prior * fnr + flag - prior;
+        }
+        if risk < best.0 {
+            best = (risk, lambda);
+        }
+    }
+    Ok(best.1)
+}
+
+/// A stratified split of row indices by true label: (train, test).
+fn stratified_split(
+    data: &Dataset,
+    test_fraction: f64,
+    rng: &mut ChaCha8Rng,
+) -> (Vec<usize>, Vec<usize>) {
+    let (mut train, mut test) = (Vec::new(), Vec::new());
+    for label in [Label::Positive, Label::Negative] {
+        let mut idx = data.indices_of(label);
+        idx.shuffle(rng);
+        let n_test = (test_fraction * idx.len() as f64).round() as usize;
+        test.extend_from_slice(&idx[..n_test]);
+        train.extend_from_slice(&idx[n_test..]);
+    }
+    train.sort_unstable();
+    test.sort_unstable();
+    (train, test)
+}
+
+fn run_repeat(
+    args: &EvalArgs,
+    data: &Dataset,
+    repeat: usize,
+    cancel: &AtomicBool,
+) -> Result<Outcome, CliError> {
+    let seed = args.seed.wrapping_add(repeat as u64);
+    let (train, test) = if args.transductive {
+        let mut train = data.clone();
+        train.pu_relabel(args.pu_labeled_fraction, seed)?;
+        let test = data.select(&train.indices_of(Label::Unlabeled));
+        (train, test)
+    } else {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (train_idx, test_idx) = stratified_split(data, args.test_fraction, &mut rng);
+        let mut train = data.select(&train_idx);
+        train.pu_relabel(args.pu_labeled_fraction, seed)?;
+        (train, data.select(&test_idx))
+    };
+    let lambda = match args.model.lambda {
+        Some(l) => l,
+        None => choose_lambda(args, &train, seed, cancel)?,
+    };
+    let (scores, converged) = train_and_score(args, lambda, &train, &test, cancel)?;
+    let truth: Vec<bool> = test.labels.iter().map(|&l| l == Label::Positive).collect();
+    let predicted: Vec<bool> = scores.iter().map(|&s| s > 0.0).collect();
+    let conf = Confusion::from_predictions(&predicted, &truth);
+    Ok(Outcome {
+        accuracy: conf.accuracy(),
+        f1: f1_for(&conf, F1Class::from(args.f1_class)),
+        auc: roc_auc(&scores, &truth),
+        lambda,
+        converged,
+    })
+}
+
+/// `neyman eval`
+pub fn eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
+    let Algo::Usmo = args.algo;
+    if args.repeats == 0 {
+        return Err(CliError::Usage("--repeats must be at least 1".into()));
+    }
+    let fraction_ok = args.test_fraction > 0.0 && args.test_fraction < 1.0;
+    if !args.transductive && !fraction_ok {
+        return Err(CliError::Usage(format!(
+            "--test-fraction must be in (0, 1), got {}",
+            args.test_fraction
+        )));
+    }
+    let data = read_data(&args.data)?;
+    if data.count(Label::Unlabeled) > 0 {
+        return Err(CliError::file(
+            &args.data.data,
+            "eval needs a fully labelled file (labels 1 and -1); it has unlabeled (0) rows",
+        ));
+    }
+    // Validate the flags once before spawning work.
+    usmo_params(
+        &args.model,
+        args.model.lambda.unwrap_or(1e-2),
+        data.rows.n_features(),
+    )?;
+
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(args.repeats);
+    let outcomes = with_spinner(args.quiet, "evaluating usmo", || {
+        let mut slots: Vec<Option<Result<Outcome, CliError>>> =
+            (0..args.repeats).map(|_| None).collect();
+        std::thread::scope(|scope| {
+            for (t, chunk) in slots.chunks_mut(args.repeats.div_ceil(threads)).enumerate() {
+                let data = &data;
+                scope.spawn(move || {
+                    let first = t * args.repeats.div_ceil(threads);
+                    for (k, slot) in chunk.iter_mut().enumerate() {
+                        *slot = Some(run_repeat(args, data, first + k, cancel));
+                    }
+                });
+            }
+        });
+        slots
+    });
+    let mut results = Vec::with_capacity(args.repeats);
+    for slot in outcomes {
+        match slot {
+            Some(r) => results.push(r?),
+            None => {
+                return Err(CliError::Usage(
+                    "an evaluation worker did not finish".into(),
+                ))
+            }
+        }
+    }
+
+    let pick = |f: fn(&Outcome) -> f64| results.iter().map(f).collect::<Vec<_>>();
+    let (accuracy_mean, accuracy_sd) = mean_sd(&pick(|o| o.accuracy));
+    let (f1_mean, f1_sd) = mean_sd(&pick(|o| o.f1));
+    let aucs: Vec<f64> = results.iter().filter_map(|o| o.auc).collect();
+    let (auc_mean, auc_sd) = if aucs.is_empty() {
+        (f64::NAN, f64::NAN)
+    } else {
+        mean_sd(&aucs)
+    };
+    let protocol = if args.transductive {
+        "transductive"
+    } else {
+        "holdout"
+    };
+    let lambdas = pick(|o| o.lambda);
+    let converged_share =
+        results.iter().filter(|o| o.converged).count() as f64 / results.len() as f64;
+    match args.report {
+        Some(ReportFormat::Json) => {
+            let nan_as_null = |v: f64| if v.is_finite() { json!(v) } else { json!(null) };
+            println!(
+                "{}",
+                json!({
+                    "algo": "usmo",
+                    "dataset_rows": data.len(),
+                    "repeats": args.repeats,
+                    "protocol": protocol,
+                    "accuracy_mean": accuracy_mean,
+                    "accuracy_sd": accuracy_sd,
+                    "f1_mean": f1_mean,
+                    "f1_sd": f1_sd,
+                    "auc_mean": nan_as_null(auc_mean),
+                    "auc_sd": nan_as_null(auc_sd),
+                    "results": [],
+                    "lambdas": lambdas,
+                    "converged_share": converged_share,
+                })
+            );
+        }
+        None => println!(
+            "usmo {protocol}, {} repeats on {} rows: accuracy {:.4} ± {:.4}, F1 {:.4} ± {:.4}, \
+             AUC {:.4} ± {:.4}, λ {:?}",
+            args.repeats,
+            data.len(),
+            accuracy_mean,
+            accuracy_sd,
+            f1_mean,
+            f1_sd,
+            auc_mean,
+            auc_sd,
+            lambdas
+        ),
+    }
+    Ok(())
+}

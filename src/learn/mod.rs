@@ -1,0 +1,17 @@
+//! Pure learning maths: kernels, solvers, metrics and models. No I/O, no async.
+
+pub mod kernel;
+pub mod metrics;
+pub mod model;
+pub mod usmo;
+
+use crate::data::Rows;
+
+/// Anything that turns raw (unscaled) rows into real-valued scores; higher means more positive.
+pub trait Scorer {
+    /// The feature count the rows must have.
+    fn n_features(&self) -> usize;
+    /// Writes one score per row into `out` (`out.len() == rows.n_rows()`). Dense input is
+    /// scored through reused thread-local buffers, without per-call allocation.
+    fn score_batch(&self, rows: &Rows, out: &mut [f64]);
+}

@@ -1,0 +1,1179 @@
+//! End-to-end tests of the `neyman` binary: `eval`, `train`, `score` and `model inspect`, their
+//! JSON reports, model files (round trip, warm start, corruption), data-file errors, usage errors
+//! and sparse (LIBSVM) input.
+//!
+//! Every test runs the built binary with `std::process::Command` and asserts on values: exit
+//! codes, stderr wording (file:line:column), report fields and scores. No error path may exit
+//! with 101 (a panic); [`neyman`] checks that for every run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+const BIN: &str = env!("CARGO_BIN_EXE_neyman");
+const HEART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/heart_statlog.csv");
+const PIMA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/pima_diabetes.csv");
+const IONOSPHERE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/ionosphere.csv");
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// The outcome of one run of the binary.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    /// The command line, for assertion messages.
+    line: String,
+}
+
+impl Run {
+    /// Asserts exit code 0 and returns self.
+    fn ok(self) -> Run {
+        assert_eq!(
+            self.code, 0,
+            "`{}` failed with {}; stderr:\n{}",
+            self.line, self.code, self.stderr
+        );
+        self
+    }
+
+    /// Asserts the exit code and returns self.
+    fn code(self, want: i32) -> Run {
+        assert_eq!(
+            self.code, want,
+            "`{}`: exit code {} (want {want}); stdout:\n{}\nstderr:\n{}",
+            self.line, self.code, self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// Asserts stderr is exactly one line starting with `error: ` and returns that line.
+    fn one_error_line(&self) -> &str {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "`{}`: want a one-line stderr, got:\n{}",
+            self.line,
+            self.stderr
+        );
+        assert!(
+            lines[0].starts_with("error: "),
+            "`{}`: stderr does not start with `error: `: {}",
+            self.line,
+            lines[0]
+        );
+        lines[0]
+    }
+
+    /// stdout parsed as exactly one JSON object (and nothing else but whitespace).
+    fn json(&self) -> serde_json::Map<String, Value> {
+        assert_eq!(
+            self.stdout.trim_end().lines().count(),
+            1,
+            "`{}`: want one line of JSON on stdout, got:\n{}",
+            self.line,
+            self.stdout
+        );
+        match serde_json::from_str::<Value>(&self.stdout) {
+            Ok(Value::Object(map)) => map,
+            Ok(other) => panic!("`{}`: stdout is JSON but not an object: {other}", self.line),
+            Err(e) => panic!(
+                "`{}`: stdout is not one JSON value ({e}):\n{}",
+                self.line, self.stdout
+            ),
+        }
+    }
+}
+
+/// Runs the binary with `args`; never with a panic's exit code 101 or a signal.
+fn neyman(args: &[&str]) -> Run {
+    let output = Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the neyman binary runs");
+    let line = format!("neyman {}", args.join(" "));
+    let stdout = String::from_utf8(output.stdout).expect("stdout is UTF-8");
+    let stderr = String::from_utf8(output.stderr).expect("stderr is UTF-8");
+    let code = output
+        .status
+        .code()
+        .unwrap_or_else(|| panic!("`{line}` was killed by a signal; stderr:\n{stderr}"));
+    assert_ne!(code, 101, "`{line}` panicked:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "`{line}` panicked:\n{stderr}");
+    Run {
+        code,
+        stdout,
+        stderr,
+        line,
+    }
+}
+
+/// A path as a `&str` argument (temp dirs are UTF-8 on every platform the tests run on).
+fn s(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 path")
+}
+
+fn f64_of(map: &serde_json::Map<String, Value>, key: &str) -> f64 {
+    map.get(key)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{key:?} is not a number in {map:?}"))
+}
+
+fn u64_of(map: &serde_json::Map<String, Value>, key: &str) -> u64 {
+    map.get(key)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{key:?} is not an unsigned integer in {map:?}"))
+}
+
+fn bool_of(map: &serde_json::Map<String, Value>, key: &str) -> bool {
+    map.get(key)
+        .and_then(Value::as_bool)
+        .unwrap_or_else(|| panic!("{key:?} is not a boolean in {map:?}"))
+}
+
+/// The heart_statlog training flags shared by several tests (PU labelling with seed 1).
+const HEART_TRAIN: [&str; 12] = [
+    "--algo",
+    "usmo",
+    "--data",
+    HEART,
+    "--pu-labeled-fraction",
+    "0.19",
+    "--seed",
+    "1",
+    "--prior",
+    "0.44",
+    "--lambda",
+    "0.1",
+];
+
+/// `train` on heart_statlog with [`HEART_TRAIN`], `extra` flags and `--out out`; the kernel is
+/// RBF with γ 0.5 unless `extra` names one.
+fn train_heart(out: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["train"];
+    args.extend_from_slice(&HEART_TRAIN);
+    if !extra.contains(&"--kernel") {
+        args.extend_from_slice(&["--kernel", "rbf", "--gamma", "0.5"]);
+    }
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--out", s(out)]);
+    neyman(&args)
+}
+
+/// `id,score` CSV (with header) into (id, score) pairs; scores parsed exactly.
+fn parse_score_csv(text: &str) -> Vec<(String, f64)> {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("id,score"), "score CSV header");
+    lines
+        .map(|line| {
+            let (id, score) = line
+                .split_once(',')
+                .unwrap_or_else(|| panic!("score line without a comma: {line:?}"));
+            let score: f64 = score
+                .parse()
+                .unwrap_or_else(|_| panic!("score is not a number: {line:?}"));
+            (id.to_owned(), score)
+        })
+        .collect()
+}
+
+/// JSON Lines `{"id": "...", "score": x}` into (id, score) pairs. The score is parsed from its
+/// text with `str::parse` (correctly rounded), so it can be compared bit for bit with the CSV.
+fn parse_score_jsonl(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .map(|line| {
+            let value: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line:?}"));
+            let obj = value.as_object().expect("each line is an object");
+            assert_eq!(obj.len(), 2, "exactly id and score: {line}");
+            let id = obj["id"].as_str().expect("id is a string").to_owned();
+            assert!(obj["score"].is_number(), "score is a number: {line}");
+            let raw = line
+                .split_once("\"score\":")
+                .map(|(_, rest)| rest.split([',', '}']).next().unwrap_or("").trim())
+                .expect("a score field");
+            let score: f64 = raw.parse().expect("score text parses as f64");
+            (id, score)
+        })
+        .collect()
+}
+
+fn read_scores(path: &Path) -> Vec<(String, f64)> {
+    let text = std::fs::read_to_string(path).expect("score output exists");
+    if path.extension().is_some_and(|e| e == "jsonl") {
+        parse_score_jsonl(&text)
+    } else {
+        parse_score_csv(&text)
+    }
+}
+
+fn score_to(model: &Path, data: &str, out: &Path) -> Vec<(String, f64)> {
+    neyman(&[
+        "score",
+        "--model",
+        s(model),
+        "--data",
+        data,
+        "--out",
+        s(out),
+    ])
+    .ok();
+    read_scores(out)
+}
+
+fn write(dir: &TempDir, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).expect("write a temp file");
+    path
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. eval: the USMO paper's degenerate, split-independent cells
+// ---------------------------------------------------------------------------------------------
+
+/// Runs the paper-protocol eval and checks the schema and the exact F1 cell.
+fn check_degenerate_cell(
+    data: &str,
+    rows: u64,
+    fraction: &str,
+    prior: &str,
+    kernel: &[&str],
+    want_f1: f64,
+    want_rounded: u64,
+) {
+    for seed in ["1", "2024"] {
+        let mut args = vec![
+            "eval",
+            "--algo",
+            "usmo",
+            "--data",
+            data,
+            "--pu-labeled-fraction",
+            fraction,
+            "--repeats",
+            "3",
+            "--seed",
+            seed,
+            "--transductive",
+            "--f1-class",
+            "majority",
+            "--scale",
+            "minmax",
+            "--prior",
+            prior,
+            "--lambda",
+            "0.1",
+            "--report",
+            "json",
+        ];
+        args.extend_from_slice(kernel);
+        let run = neyman(&args).ok();
+        let report = run.json();
+        for key in [
+            "algo",
+            "dataset_rows",
+            "repeats",
+            "protocol",
+            "accuracy_mean",
+            "accuracy_sd",
+            "f1_mean",
+            "f1_sd",
+            "auc_mean",
+            "auc_sd",
+            "results",
+        ] {
+            assert!(report.contains_key(key), "{key:?} missing from {report:?}");
+        }
+        assert_eq!(report["algo"], "usmo");
+        assert_eq!(report["protocol"], "transductive");
+        assert_eq!(u64_of(&report, "dataset_rows"), rows);
+        assert_eq!(u64_of(&report, "repeats"), 3);
+        assert_eq!(report["results"], Value::Array(vec![]));
+
+        let f1 = f64_of(&report, "f1_mean");
+        assert!(
+            (f1 - want_f1).abs() < 5e-4,
+            "{data} seed {seed}: f1_mean {f1}, want {want_f1}"
+        );
+        assert_eq!(
+            (f1 * 1000.0).round() as u64,
+            want_rounded,
+            "{data}: f1 {f1}"
+        );
+        // Split-independent: every repeat gives the same F1 (up to the mean's round-off).
+        let f1_sd = f64_of(&report, "f1_sd");
+        assert!(f1_sd.abs() < 1e-12, "{data} seed {seed}: f1_sd {f1_sd}");
+        let accuracy = f64_of(&report, "accuracy_mean");
+        assert!((0.0..=1.0).contains(&accuracy), "accuracy {accuracy}");
+        assert!(f64_of(&report, "accuracy_sd") >= 0.0);
+        let auc = f64_of(&report, "auc_mean");
+        assert!((0.0..=1.0).contains(&auc), "auc {auc}");
+        assert!(f64_of(&report, "auc_sd") >= 0.0);
+    }
+}
+
+#[test]
+fn eval_paper_cell_heart_statlog_rbf() {
+    check_degenerate_cell(
+        HEART,
+        270,
+        "0.19",
+        "0.44",
+        &["--kernel", "rbf", "--gamma", "0.5"],
+        0.7557,
+        756,
+    );
+}
+
+#[test]
+fn eval_paper_cell_pima_linear() {
+    check_degenerate_cell(
+        PIMA,
+        768,
+        "0.198",
+        "0.35",
+        &["--kernel", "linear"],
+        0.82305,
+        823,
+    );
+}
+
+#[test]
+fn eval_paper_cell_pima_rbf() {
+    check_degenerate_cell(
+        PIMA,
+        768,
+        "0.198",
+        "0.35",
+        &["--kernel", "rbf", "--gamma", "0.5"],
+        0.82305,
+        823,
+    );
+}
+
+#[test]
+fn eval_paper_cell_ionosphere_rbf() {
+    check_degenerate_cell(
+        IONOSPHERE,
+        351,
+        "0.195",
+        "0.64",
+        &["--kernel", "rbf", "--gamma", "0.5"],
+        0.7418,
+        742,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. train --report json
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn train_report_json_fields_and_optimality() {
+    let dir = TempDir::new().unwrap();
+    let model = dir.path().join("m.bin");
+    let run = train_heart(&model, &["--report", "json"]).ok();
+    let report = run.json();
+    for key in [
+        "iterations",
+        "passes",
+        "kernel_evaluations",
+        "cache_hit_rate",
+        "dual_objective",
+        "primal_objective",
+        "duality_residual",
+        "bias",
+        "converged",
+        "cancelled",
+        "train_seconds",
+        "n_positive",
+        "n_unlabeled",
+    ] {
+        assert!(report.contains_key(key), "{key:?} missing from {report:?}");
+    }
+    // round(0.19 · 120) = 23 of heart_statlog's 120 positives stay labelled.
+    assert_eq!(u64_of(&report, "n_positive"), 23);
+    assert_eq!(u64_of(&report, "n_unlabeled"), 247);
+    assert!(bool_of(&report, "converged"));
+    assert!(!bool_of(&report, "cancelled"));
+    let iterations = u64_of(&report, "iterations");
+    assert!(iterations > 0);
+    assert!(u64_of(&report, "passes") >= iterations);
+    assert!(u64_of(&report, "kernel_evaluations") > 0);
+    let hit = f64_of(&report, "cache_hit_rate");
+    assert!((0.0..=1.0).contains(&hit), "cache_hit_rate {hit}");
+    assert!(f64_of(&report, "train_seconds") >= 0.0);
+    assert!(f64_of(&report, "bias").is_finite());
+    assert!(f64_of(&report, "primal_objective").is_finite());
+    let dual = f64_of(&report, "dual_objective");
+    let residual = f64_of(&report, "duality_residual");
+    assert!(dual.is_finite() && dual < 0.0, "dual {dual}");
+    assert!(
+        residual.abs() <= 1e-3 * dual.abs().max(1.0),
+        "duality residual {residual} vs dual {dual}"
+    );
+    assert!(model.is_file(), "the model file is written");
+    // The report is stored in the model as printed.
+    let inspect = neyman(&["model", "inspect", s(&model)]).ok().json();
+    assert_eq!(inspect["report"], Value::Object(report));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Model round trip: train → score (CSV twice, JSON Lines, stdout) → inspect
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn model_round_trip_scores_and_inspect() {
+    let dir = TempDir::new().unwrap();
+    let model = dir.path().join("m.bin");
+    let report = train_heart(&model, &["--report", "json"]).ok().json();
+
+    let first = score_to(&model, HEART, &dir.path().join("x.csv"));
+    let second = score_to(&model, HEART, &dir.path().join("y.csv"));
+    let jsonl = score_to(&model, HEART, &dir.path().join("x.jsonl"));
+    let stdout = parse_score_csv(
+        &neyman(&["score", "--model", s(&model), "--data", HEART])
+            .ok()
+            .stdout,
+    );
+
+    assert_eq!(first.len(), 270, "one score per row");
+    for (i, (id, score)) in first.iter().enumerate() {
+        assert_eq!(
+            id,
+            &i.to_string(),
+            "ids are the 0-based row numbers in order"
+        );
+        assert!(score.is_finite(), "row {i}: {score}");
+    }
+    let bits = |v: &[(String, f64)]| -> Vec<(String, u64)> {
+        v.iter().map(|(id, x)| (id.clone(), x.to_bits())).collect()
+    };
+    assert_eq!(
+        bits(&first),
+        bits(&second),
+        "scores are identical across runs"
+    );
+    assert_eq!(
+        bits(&first),
+        bits(&jsonl),
+        "CSV and JSON Lines carry the same scores"
+    );
+    assert_eq!(
+        bits(&first),
+        bits(&stdout),
+        "stdout CSV equals the --out CSV"
+    );
+    // A real decision function, not a constant.
+    let (lo, hi) = first
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, x)| {
+            (lo.min(*x), hi.max(*x))
+        });
+    assert!(hi - lo > 1e-3, "scores span [{lo}, {hi}]");
+
+    let inspect = neyman(&["model", "inspect", s(&model)]).ok().json();
+    assert_eq!(inspect["algorithm"], "usmo");
+    assert_eq!(u64_of(&inspect, "n_features"), 13);
+    assert_eq!(f64_of(&inspect, "prior"), 0.44);
+    assert_eq!(f64_of(&inspect, "lambda"), 0.1);
+    assert_eq!(f64_of(&inspect, "bias"), f64_of(&report, "bias"));
+    assert_eq!(inspect["scale"], "standard");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Warm start through the CLI
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn warm_start_matches_a_cold_train_on_the_new_window() {
+    let dir = TempDir::new().unwrap();
+    let (m1, warm, cold) = (
+        dir.path().join("m1.bin"),
+        dir.path().join("warm.bin"),
+        dir.path().join("cold.bin"),
+    );
+    // --scale none everywhere: a warm start reuses the previous model's scaler.
+    let common = ["--scale", "none", "--tol", "1e-6", "--report", "json"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        common.iter().chain(extra).map(|x| x.to_string()).collect()
+    };
+    let args = with(&["--rows", "0:240"]);
+    let r1 = train_heart(&m1, &args.iter().map(String::as_str).collect::<Vec<_>>())
+        .ok()
+        .json();
+    let args = with(&["--rows", "27:270", "--warm-start", s(&m1)]);
+    let rw = train_heart(&warm, &args.iter().map(String::as_str).collect::<Vec<_>>())
+        .ok()
+        .json();
+    let args = with(&["--rows", "27:270"]);
+    let rc = train_heart(&cold, &args.iter().map(String::as_str).collect::<Vec<_>>())
+        .ok()
+        .json();
+
+    assert!(bool_of(&r1, "converged"));
+    assert!(bool_of(&rw, "converged"));
+    assert!(bool_of(&rc, "converged"));
+    assert!(!bool_of(&r1, "warm_start"));
+    assert!(bool_of(&rw, "warm_start"));
+    assert!(!bool_of(&rc, "warm_start"));
+    // The same window (243 rows) whichever way it was reached.
+    assert_eq!(u64_of(&r1, "n_positive") + u64_of(&r1, "n_unlabeled"), 240);
+    assert_eq!(u64_of(&rw, "n_positive"), u64_of(&rc, "n_positive"));
+    assert_eq!(u64_of(&rw, "n_unlabeled"), u64_of(&rc, "n_unlabeled"));
+    assert_eq!(u64_of(&rw, "n_positive") + u64_of(&rw, "n_unlabeled"), 243);
+    let (dw, dc) = (f64_of(&rw, "dual_objective"), f64_of(&rc, "dual_objective"));
+    assert!(
+        (dw - dc).abs() <= 1e-6 * dc.abs().max(1.0),
+        "dual {dw} vs {dc}"
+    );
+
+    let warm_scores = score_to(&warm, HEART, &dir.path().join("warm.csv"));
+    let cold_scores = score_to(&cold, HEART, &dir.path().join("cold.csv"));
+    assert_eq!(warm_scores.len(), 270);
+    assert_eq!(cold_scores.len(), 270);
+    for ((id_w, w), (id_c, c)) in warm_scores.iter().zip(&cold_scores) {
+        assert_eq!(id_w, id_c);
+        assert!((w - c).abs() <= 1e-4, "row {id_w}: warm {w} vs cold {c}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Corrupted model files
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn corrupted_model_files_are_named_as_such() {
+    let dir = TempDir::new().unwrap();
+    let good = dir.path().join("good.bin");
+    train_heart(&good, &["--kernel", "linear"]).ok();
+    let bytes = std::fs::read(&good).unwrap();
+    assert!(bytes.len() > 100, "a model file of {} bytes", bytes.len());
+    assert_eq!(&bytes[..8], b"NEYMANMD", "the model magic");
+
+    let mut flipped = bytes.clone();
+    flipped[bytes.len() / 2] ^= 0xff;
+    let mut trailing = bytes.clone();
+    trailing.extend_from_slice(b"junk");
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("flipped.bin", flipped, "checksum"),
+        ("half.bin", bytes[..bytes.len() / 2].to_vec(), "truncated"),
+        ("short.bin", bytes[..bytes.len() - 1].to_vec(), "truncated"),
+        ("header.bin", bytes[..10].to_vec(), "truncated"),
+        ("empty.bin", Vec::new(), "truncated"),
+        ("trailing.bin", trailing, "trailing bytes"),
+        (
+            "text.bin",
+            b"id,score\n0,0.5\nthis is not a model file at all\n".to_vec(),
+            "not a neyman model file",
+        ),
+    ];
+    for (name, content, fragment) in cases {
+        let path = write(&dir, name, &content);
+        let out = dir.path().join(format!("{name}.csv"));
+        let runs = [
+            neyman(&[
+                "score",
+                "--model",
+                s(&path),
+                "--data",
+                HEART,
+                "--out",
+                s(&out),
+            ]),
+            neyman(&["model", "inspect", s(&path)]),
+            train_heart(
+                &dir.path().join("never.bin"),
+                &["--kernel", "linear", "--warm-start", s(&path)],
+            ),
+        ];
+        for run in runs {
+            let run = run.code(1);
+            let line = run.one_error_line();
+            assert!(
+                line.contains(fragment),
+                "{name}: want {fragment:?} in {line:?}"
+            );
+            assert!(line.contains(s(&path)), "{name}: the path in {line:?}");
+            assert!(run.stdout.is_empty(), "{name}: stdout {:?}", run.stdout);
+        }
+        assert!(!out.exists(), "{name}: no scores written");
+        assert!(
+            !dir.path().join("never.bin").exists(),
+            "{name}: no model written"
+        );
+    }
+    // The good file still works after all that.
+    assert_eq!(
+        score_to(&good, HEART, &dir.path().join("ok.csv")).len(),
+        270
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Bad data files: exit 1, one line naming file:line[:column]
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn bad_data_files_exit_1_naming_file_line_and_column() {
+    let dir = TempDir::new().unwrap();
+    let model = dir.path().join("m.bin");
+    train_heart(&model, &["--kernel", "linear"]).ok();
+
+    /// (file name, content, extra flags, location after the path, message fragments)
+    type Case<'a> = (&'a str, &'a str, &'a [&'a str], &'a str, &'a [&'a str]);
+    let cases: [Case; 9] = [
+        (
+            "text.csv",
+            "a,b,label\n1,2,1\n3,abc,0\n",
+            &[],
+            ":3:2: ",
+            &[r#""abc" is not a number"#, r#"(column "b")"#],
+        ),
+        (
+            "ragged.csv",
+            "a,b,label\n1,2,1\n4,5,0\n1,0\n",
+            &[],
+            ":4: ",
+            &["expected 3 fields, found 2"],
+        ),
+        (
+            "nan.csv",
+            "a,b,label\n1,2,1\nNaN,1,0\n",
+            &[],
+            ":3:1: ",
+            &[r#""NaN" is not finite"#, r#"(column "a")"#],
+        ),
+        (
+            "inf.csv",
+            "a,b,label\n1,2,1\n4,inf,0\n",
+            &[],
+            ":3:2: ",
+            &[r#""inf" is not finite"#, r#"(column "b")"#],
+        ),
+        (
+            "label.csv",
+            "a,b,label\n1,2,1\n3,4,2\n",
+            &[],
+            ":3:3: ",
+            &[r#"unknown label "2""#, "expected 1, -1 or 0"],
+        ),
+        ("empty.csv", "a,b,label\n", &[], ": ", &["no data rows"]),
+        (
+            "dup.csv",
+            "id,a,label\nr1,1,1\nr2,2,0\n\nr1,3,0\n",
+            &["--id-column", "id"],
+            ":5: ",
+            &[r#"duplicate id "r1""#, "first on line 2"],
+        ),
+        (
+            "order.svm",
+            "1 1:1 2:2\n0 3:1 2:1\n",
+            &[],
+            ":2:3: ",
+            &["index 2 out of order after 3", "indices must increase"],
+        ),
+        (
+            "zero.svm",
+            "1 1:1\n0 0:1 2:1\n",
+            &[],
+            ":2:2: ",
+            &[r#"index 0 in "0:1""#, "LIBSVM indices start at 1"],
+        ),
+    ];
+    for (name, content, extra, location, fragments) in cases {
+        let path = write(&dir, name, content);
+        let out = dir.path().join(format!("{name}.out"));
+        let mut train = vec![
+            "train",
+            "--algo",
+            "usmo",
+            "--data",
+            s(&path),
+            "--prior",
+            "0.5",
+            "--lambda",
+            "0.1",
+            "--kernel",
+            "linear",
+            "--out",
+            s(&out),
+        ];
+        train.extend_from_slice(extra);
+        let scores = dir.path().join(format!("{name}.scores.csv"));
+        let mut score = vec![
+            "score",
+            "--model",
+            s(&model),
+            "--data",
+            s(&path),
+            "--out",
+            s(&scores),
+        ];
+        score.extend_from_slice(extra);
+        for run in [neyman(&train), neyman(&score)] {
+            let run = run.code(1);
+            let line = run.one_error_line();
+            let want = format!("error: {}{location}", s(&path));
+            assert!(
+                line.starts_with(&want),
+                "{name}: want {want:?} to start {line:?}"
+            );
+            for fragment in fragments {
+                assert!(
+                    line.contains(fragment),
+                    "{name}: want {fragment:?} in {line:?}"
+                );
+            }
+        }
+        assert!(!out.exists(), "{name}: no model written");
+        assert!(!scores.exists(), "{name}: no scores written");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Usage errors: exit 2
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("never.bin");
+    let dat = write(&dir, "x.dat", "1 1:1 2:0.5\n0 2:1\n0 1:0.25\n");
+    let train = |data: &str, rest: &[&str]| -> Run {
+        let mut args = vec!["train", "--algo", "usmo", "--data", data, "--out", s(&out)];
+        args.extend_from_slice(rest);
+        neyman(&args)
+    };
+    let good = ["--prior", "0.4", "--lambda", "0.1", "--kernel", "linear"];
+    fn with<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        let mut v = vec!["--pu-labeled-fraction", "0.19"];
+        v.extend_from_slice(extra);
+        v
+    }
+
+    // (what, run, fragment of a one-line message; None for clap's multi-line usage errors)
+    let cases: Vec<(&str, Run, Option<&str>)> = vec![
+        (
+            "unknown extension",
+            train(s(&dat), &good),
+            Some("cannot infer the format of"),
+        ),
+        (
+            "--prior 1.5",
+            train(
+                HEART,
+                &with(&["--prior", "1.5", "--lambda", "0.1", "--kernel", "linear"]),
+            ),
+            Some("prior must be in (0, 1), got 1.5"),
+        ),
+        (
+            "missing --prior",
+            train(HEART, &with(&["--lambda", "0.1", "--kernel", "linear"])),
+            Some("--prior"),
+        ),
+        (
+            "missing --lambda",
+            train(HEART, &with(&["--prior", "0.4", "--kernel", "linear"])),
+            Some("--lambda"),
+        ),
+        (
+            "--gamma=-1",
+            train(
+                HEART,
+                &with(&[
+                    "--prior",
+                    "0.4",
+                    "--lambda",
+                    "0.1",
+                    "--kernel",
+                    "rbf",
+                    "--gamma=-1",
+                ]),
+            ),
+            Some("gamma must be finite and > 0, got -1"),
+        ),
+        (
+            "--gamma 0",
+            train(
+                HEART,
+                &with(&[
+                    "--prior", "0.4", "--lambda", "0.1", "--kernel", "rbf", "--gamma", "0",
+                ]),
+            ),
+            Some("gamma must be finite and > 0, got 0"),
+        ),
+        (
+            "--tol 0",
+            train(
+                HEART,
+                &with(&[
+                    "--prior", "0.4", "--lambda", "0.1", "--kernel", "linear", "--tol", "0",
+                ]),
+            ),
+            Some("tol must be finite and > 0"),
+        ),
+        (
+            "--lambda 0",
+            train(
+                HEART,
+                &with(&["--prior", "0.4", "--lambda", "0", "--kernel", "linear"]),
+            ),
+            Some("lambda must be finite and > 0"),
+        ),
+        (
+            "--gamma -1 (clap sees a flag)",
+            train(
+                HEART,
+                &with(&[
+                    "--prior", "0.4", "--lambda", "0.1", "--kernel", "rbf", "--gamma", "-1",
+                ]),
+            ),
+            None,
+        ),
+        (
+            "--time-limit 10d",
+            train(
+                HEART,
+                &with(&[&good[..], &["--time-limit", "10d"]].concat()),
+            ),
+            None,
+        ),
+        (
+            "--time-limit=-1",
+            train(HEART, &with(&[&good[..], &["--time-limit=-1"]].concat())),
+            None,
+        ),
+        (
+            "unknown flag",
+            train(HEART, &with(&[&good[..], &["--no-such-flag"]].concat())),
+            None,
+        ),
+        (
+            "unknown kernel",
+            train(
+                HEART,
+                &with(&["--prior", "0.4", "--lambda", "0.1", "--kernel", "sigmoid"]),
+            ),
+            None,
+        ),
+        ("no subcommand", neyman(&[]), None),
+    ];
+    for (what, run, fragment) in cases {
+        let run = run.code(2);
+        match fragment {
+            Some(fragment) => {
+                let line = run.one_error_line();
+                assert!(
+                    line.contains(fragment),
+                    "{what}: want {fragment:?} in {line:?}"
+                );
+            }
+            // clap: `error: ...` plus usage hints, or the command list when none is given.
+            None => assert!(
+                run.stderr.starts_with("error: ") || run.stderr.contains("Usage: neyman <COMMAND>"),
+                "{what}: {}",
+                run.stderr
+            ),
+        }
+        assert!(!out.exists(), "{what}: no model written");
+    }
+    // clap's messages name the offending value.
+    let run = train(
+        HEART,
+        &with(&[&good[..], &["--time-limit", "10d"]].concat()),
+    );
+    assert!(run.stderr.contains("10d"), "{}", run.stderr);
+    let run = train(HEART, &with(&[&good[..], &["--no-such-flag"]].concat()));
+    assert!(run.stderr.contains("--no-such-flag"), "{}", run.stderr);
+    // The unknown-extension message names the file and the way out.
+    let run = train(s(&dat), &good);
+    assert!(
+        run.stderr.contains(s(&dat)) && run.stderr.contains("--format"),
+        "{}",
+        run.stderr
+    );
+
+    // The same file with an explicit --format trains (negatives absent: rows 2-3 are unlabeled).
+    let r = train(
+        s(&dat),
+        &[&good[..], &["--format", "libsvm", "--report", "json"]].concat(),
+    )
+    .ok()
+    .json();
+    assert_eq!(
+        (u64_of(&r, "n_positive"), u64_of(&r, "n_unlabeled")),
+        (1, 2)
+    );
+    std::fs::remove_file(&out).unwrap();
+
+    // eval validates its flags the same way.
+    let eval = |rest: &[&str]| -> Run {
+        let mut args = vec!["eval", "--algo", "usmo", "--pu-labeled-fraction", "0.19"];
+        args.extend_from_slice(rest);
+        neyman(&args)
+    };
+    for (what, run, fragment) in [
+        (
+            "eval x.dat",
+            eval(&[&["--data", s(&dat)], &good[..]].concat()),
+            "cannot infer the format",
+        ),
+        (
+            "eval --prior 1.5",
+            eval(&[
+                "--data", HEART, "--prior", "1.5", "--lambda", "0.1", "--kernel", "linear",
+            ]),
+            "prior must be in (0, 1)",
+        ),
+        (
+            "eval --gamma=-1",
+            eval(&[
+                "--data",
+                HEART,
+                "--prior",
+                "0.4",
+                "--lambda",
+                "0.1",
+                "--kernel",
+                "rbf",
+                "--gamma=-1",
+            ]),
+            "gamma must be finite and > 0",
+        ),
+        (
+            "eval --repeats 0",
+            eval(&[&["--data", HEART, "--repeats", "0"], &good[..]].concat()),
+            "--repeats",
+        ),
+        (
+            "eval --test-fraction 1",
+            eval(&[&["--data", HEART, "--test-fraction", "1"], &good[..]].concat()),
+            "--test-fraction",
+        ),
+    ] {
+        let run = run.code(2);
+        let line = run.one_error_line();
+        assert!(
+            line.contains(fragment),
+            "{what}: want {fragment:?} in {line:?}"
+        );
+        assert!(run.stdout.is_empty(), "{what}: stdout {:?}", run.stdout);
+    }
+}
+
+/// Documents a src bug: `score` reads its data with `data::read` directly instead of through
+/// `read_data`, so an unknown extension is a run-time error (exit 1) in `score` but a usage error
+/// (exit 2) in `train` and `eval` (src/cli/mod.rs, `score`, `read(&args.data, &opts)?`).
+#[test]
+fn score_unknown_extension_is_a_usage_error() {
+    let dir = TempDir::new().unwrap();
+    let model = dir.path().join("m.bin");
+    train_heart(&model, &["--kernel", "linear"]).ok();
+    let dat = write(&dir, "x.dat", "1 1:1\n");
+    let run = neyman(&["score", "--model", s(&model), "--data", s(&dat)]).code(2);
+    assert!(run.one_error_line().contains("cannot infer the format"));
+}
+
+/// Documents a src bug: `score --data` says "its label column is optional" (src/cli/args.rs),
+/// but a CSV without a `label` column is rejected by the reader.
+#[test]
+fn score_accepts_a_csv_without_labels() {
+    let dir = TempDir::new().unwrap();
+    let model = dir.path().join("m.bin");
+    train_heart(&model, &["--kernel", "linear"]).ok();
+    let text = std::fs::read_to_string(HEART).unwrap();
+    let unlabeled: String = text
+        .lines()
+        .map(|l| l.rsplit_once(',').unwrap().0.to_owned() + "\n")
+        .collect();
+    let path = write(&dir, "nolabel.csv", unlabeled);
+    let without = score_to(&model, s(&path), &dir.path().join("a.csv"));
+    let with = score_to(&model, HEART, &dir.path().join("b.csv"));
+    assert_eq!(without, with);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. --time-limit forms and --max-iter
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn time_limit_forms_and_max_iter() {
+    let dir = TempDir::new().unwrap();
+    let model = dir.path().join("m.bin");
+    let free = train_heart(&model, &["--report", "json"]).ok().json();
+    let free_iterations = u64_of(&free, "iterations");
+    assert!(bool_of(&free, "converged"));
+    assert!(free_iterations > 3, "{free_iterations} iterations");
+
+    // Training takes milliseconds, so every generous limit ends in convergence, unchanged.
+    for limit in ["0.5", "500ms", "1m", "2s", "1h"] {
+        let r = train_heart(&model, &["--time-limit", limit, "--report", "json"])
+            .ok()
+            .json();
+        assert!(bool_of(&r, "converged"), "--time-limit {limit}");
+        assert_eq!(
+            u64_of(&r, "iterations"),
+            free_iterations,
+            "--time-limit {limit}"
+        );
+        assert_eq!(
+            f64_of(&r, "dual_objective"),
+            f64_of(&free, "dual_objective")
+        );
+    }
+    // A zero limit stops before the first pair step, still writing a model.
+    let r = train_heart(&model, &["--time-limit", "0", "--report", "json"])
+        .ok()
+        .json();
+    assert!(!bool_of(&r, "converged"));
+    assert!(!bool_of(&r, "cancelled"));
+    assert_eq!(u64_of(&r, "iterations"), 0);
+
+    let capped = dir.path().join("capped.bin");
+    let r = train_heart(&capped, &["--max-iter", "3", "--report", "json"])
+        .ok()
+        .json();
+    assert!(!bool_of(&r, "converged"));
+    assert!(!bool_of(&r, "cancelled"));
+    assert_eq!(u64_of(&r, "iterations"), 3);
+    assert_eq!(u64_of(&r, "n_positive"), 23);
+    assert!(f64_of(&r, "bias").is_finite());
+
+    // The unconverged model is a usable model.
+    let inspect = neyman(&["model", "inspect", s(&capped)]).ok().json();
+    let stored = inspect["report"].as_object().expect("a stored report");
+    assert!(!bool_of(stored, "converged"));
+    assert_eq!(u64_of(stored, "iterations"), 3);
+    let scores = score_to(&capped, HEART, &dir.path().join("capped.csv"));
+    assert_eq!(scores.len(), 270);
+    assert!(scores.iter().all(|(_, x)| x.is_finite()));
+    let converged_scores = score_to(&model, HEART, &dir.path().join("free.csv"));
+    assert_ne!(
+        scores, converged_scores,
+        "three pair steps do not reach the optimum"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. Sparse (LIBSVM) input gives the same model as the dense CSV
+// ---------------------------------------------------------------------------------------------
+
+/// heart_statlog.csv as LIBSVM: the label, then the 1-based `idx:val` of every non-zero feature,
+/// features in CSV column order (label column removed). Values are copied as text, so they parse
+/// to the same f64s.
+fn heart_as_libsvm() -> String {
+    let text = std::fs::read_to_string(HEART).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').map(str::trim).collect();
+    let label_at = header
+        .iter()
+        .position(|&h| h == "label")
+        .expect("a label column");
+    let mut out = String::new();
+    let mut rows = 0;
+    for line in lines.filter(|l| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        assert_eq!(fields.len(), header.len());
+        out.push_str(fields[label_at]);
+        let features = fields
+            .iter()
+            .enumerate()
+            .filter(|&(c, _)| c != label_at)
+            .map(|(_, v)| *v);
+        for (k, value) in features.enumerate() {
+            if value.parse::<f64>().unwrap() != 0.0 {
+                out.push_str(&format!(" {}:{}", k + 1, value));
+            }
+        }
+        out.push('\n');
+        rows += 1;
+    }
+    assert_eq!(rows, 270);
+    out
+}
+
+fn sparse_matches_dense(scale_and_kernel: &[&str]) {
+    let dir = TempDir::new().unwrap();
+    let svm = write(&dir, "heart.svm", heart_as_libsvm());
+    let train = |data: &str, out: &Path| -> serde_json::Map<String, Value> {
+        let mut args = vec![
+            "train",
+            "--algo",
+            "usmo",
+            "--data",
+            data,
+            "--pu-labeled-fraction",
+            "0.19",
+            "--seed",
+            "3",
+            "--prior",
+            "0.44",
+            "--lambda",
+            "0.1",
+            "--report",
+            "json",
+            "--out",
+            s(out),
+        ];
+        args.extend_from_slice(scale_and_kernel);
+        neyman(&args).ok().json()
+    };
+    let (csv_model, svm_model) = (dir.path().join("csv.bin"), dir.path().join("svm.bin"));
+    let dense = train(HEART, &csv_model);
+    let sparse = train(s(&svm), &svm_model);
+
+    for key in ["n_positive", "n_unlabeled"] {
+        assert_eq!(u64_of(&dense, key), u64_of(&sparse, key), "{key}");
+    }
+    assert_eq!(u64_of(&sparse, "n_positive"), 23);
+    assert!(bool_of(&dense, "converged") && bool_of(&sparse, "converged"));
+    let (a, b) = (
+        f64_of(&dense, "dual_objective"),
+        f64_of(&sparse, "dual_objective"),
+    );
+    assert!(
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs()),
+        "dual objectives {a} vs {b}"
+    );
+    let inspect = neyman(&["model", "inspect", s(&svm_model)]).ok().json();
+    assert_eq!(u64_of(&inspect, "n_features"), 13);
+
+    let from_dense = score_to(&csv_model, HEART, &dir.path().join("dense.csv"));
+    let from_sparse = score_to(&svm_model, s(&svm), &dir.path().join("sparse.csv"));
+    // The dense model also scores sparse rows.
+    let crossed = score_to(&csv_model, s(&svm), &dir.path().join("crossed.csv"));
+    assert_eq!(from_dense.len(), 270);
+    assert_eq!(from_sparse.len(), 270);
+    assert_eq!(crossed.len(), 270);
+    for (((id_d, d), (id_s, sp)), (_, x)) in from_dense.iter().zip(&from_sparse).zip(&crossed) {
+        assert_eq!(id_d, id_s, "same row ids");
+        assert!(
+            (d - sp).abs() <= 1e-9 * d.abs().max(1.0),
+            "row {id_d}: dense {d} vs sparse {sp}"
+        );
+        assert!(
+            (d - x).abs() <= 1e-9 * d.abs().max(1.0),
+            "row {id_d}: dense {d} vs crossed {x}"
+        );
+    }
+}
+
+#[test]
+fn sparse_libsvm_matches_dense_csv_unscaled_rbf() {
+    sparse_matches_dense(&["--scale", "none", "--kernel", "rbf", "--gamma", "0.5"]);
+}
+
+/// Sparse standard scaling divides by the same standard deviation but does not centre; the RBF
+/// kernel is translation-invariant, so the model is the same as the dense one.
+#[test]
+fn sparse_libsvm_matches_dense_csv_standard_rbf() {
+    sparse_matches_dense(&["--scale", "standard", "--kernel", "rbf", "--gamma", "0.1"]);
+}
