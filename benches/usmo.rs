@@ -1,9 +1,11 @@
-//! USMO warm start vs cold start after a 10 % window slide, on shuttle_anomaly (PU: 30 % of the
-//! anomalies labelled, min-max scaled, RBF γ = 1, λ = 1e-4, π = 0.072).
+//! USMO warm start vs cold start after a 10 % window slide: PU data with 30 % of the positives
+//! labelled, min-max scaled, RBF γ = 1, λ = 1e-4, π = the positive share of the file.
 //!
 //! Besides the criterion timings it prints, per size, the pair steps and kernel values of both
 //! runs and their ratios (targets: warm/cold ≤ 1/3 in pair steps and ≤ 0.4 in kernel values).
-//! Sizes: 1000 and 5000 rows; set `NEYMAN_BENCH_SIZES=1000,5000,20000` for others.
+//! `NEYMAN_BENCH_DATA=shuttle|magic` picks shuttle_anomaly (π = 0.072, the default) or
+//! magic_gamma (π = 0.648; the file is sorted by class, so its rows are put in one fixed random
+//! order to look like a stream); sizes 1000 and 5000 rows unless `NEYMAN_BENCH_SIZES=1000,5000,20000`.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -13,20 +15,34 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use neyman::data::{read, Dataset, ReadOptions, ScaleKind, Scaler};
 use neyman::learn::kernel::Kernel;
 use neyman::learn::usmo::{UsmoParams, UsmoValidParams};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 
-fn shuttle() -> Dataset {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/shuttle_anomaly.csv.gz");
+/// The bench data set and its prior.
+fn dataset() -> (Dataset, f64) {
+    let (file, prior, shuffle) = match std::env::var("NEYMAN_BENCH_DATA").as_deref() {
+        Ok("magic") => ("data/magic_gamma.csv.gz", 0.648, true),
+        _ => ("data/shuttle_anomaly.csv.gz", 0.072, false),
+    };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     let mut data = read(&path, &ReadOptions::default()).expect("bundled data reads");
+    if shuffle {
+        let mut order: Vec<usize> = (0..data.len()).collect();
+        order.shuffle(&mut ChaCha8Rng::seed_from_u64(7));
+        data = data.select(&order);
+    }
     data.pu_relabel(0.3, 1).expect("has positives");
     let scaler = Scaler::fit(ScaleKind::MinMax, &data.rows);
-    Dataset {
+    let data = Dataset {
         rows: scaler.transform(&data.rows),
         ..data
-    }
+    };
+    (data, prior)
 }
 
-fn params() -> UsmoValidParams {
-    UsmoParams::new(0.072, 1e-4, Kernel::Rbf { gamma: 1.0 })
+fn params(prior: f64) -> UsmoValidParams {
+    UsmoParams::new(prior, 1e-4, Kernel::Rbf { gamma: 1.0 })
         .check()
         .expect("valid parameters")
 }
@@ -39,13 +55,17 @@ fn sizes() -> Vec<usize> {
 }
 
 fn warm_vs_cold(c: &mut Criterion) {
-    let data = shuttle();
-    let params = params();
+    let (data, prior) = dataset();
+    let params = params(prior);
     let cancel = AtomicBool::new(false);
     let mut group = c.benchmark_group("usmo_10pct_slide");
     group.sample_size(10);
     for n in sizes() {
         let slide = n / 10;
+        if n + slide > data.len() {
+            eprintln!("n={n}: skipped, the data has only {} rows", data.len());
+            continue;
+        }
         let before = data.select(&(0..n).collect::<Vec<_>>());
         let after = data.select(&(slide..n + slide).collect::<Vec<_>>());
         let previous = params.fit(&before, &cancel).expect("fit");
