@@ -8,37 +8,24 @@
 //! order to look like a stream); sizes 1000 and 5000 rows unless `NEYMAN_BENCH_SIZES=1000,5000,20000`.
 
 use std::hint::black_box;
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use neyman::data::{read, Dataset, ReadOptions, ScaleKind, Scaler};
+use neyman::data::Dataset;
 use neyman::learn::kernel::Kernel;
 use neyman::learn::usmo::{UsmoParams, UsmoValidParams};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
+
+mod support;
 
 /// The bench data set and its prior.
 fn dataset() -> (Dataset, f64) {
-    let (file, prior, shuffle) = match std::env::var("NEYMAN_BENCH_DATA").as_deref() {
-        Ok("magic") => ("data/magic_gamma.csv.gz", 0.648, true),
-        _ => ("data/shuttle_anomaly.csv.gz", 0.072, false),
-    };
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
-    let mut data = read(&path, &ReadOptions::default()).expect("bundled data reads");
-    if shuffle {
-        let mut order: Vec<usize> = (0..data.len()).collect();
-        order.shuffle(&mut ChaCha8Rng::seed_from_u64(7));
-        data = data.select(&order);
+    match std::env::var("NEYMAN_BENCH_DATA").as_deref() {
+        Ok("magic") => (support::pu_data("magic_gamma.csv.gz", true, None), 0.648),
+        _ => (
+            support::pu_data("shuttle_anomaly.csv.gz", false, None),
+            0.072,
+        ),
     }
-    data.pu_relabel(0.3, 1).expect("has positives");
-    let scaler = Scaler::fit(ScaleKind::MinMax, &data.rows);
-    let data = Dataset {
-        rows: scaler.transform(&data.rows),
-        ..data
-    };
-    (data, prior)
 }
 
 fn params(prior: f64) -> UsmoValidParams {

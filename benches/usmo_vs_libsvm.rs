@@ -6,13 +6,14 @@
 //! `svm-train -s 0 -t 2 -g γ -c 1/(2λn) -w1 n/p -e tol -m 256 -h 1` (the C-SVM of comparable
 //! size and cost, not the same problem). Median of 3 for both; prints one JSON object.
 
+mod support;
+
 use std::io::Write;
-use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use neyman::data::{read, Dataset, Label, ReadOptions, RowRef, ScaleKind, Scaler};
+use neyman::data::{Label, RowRef};
 use neyman::learn::kernel::Kernel;
 use neyman::learn::usmo::UsmoParams;
 
@@ -32,15 +33,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/shuttle_anomaly.csv.gz");
-    let mut data = read(&path, &ReadOptions::default()).expect("bundled data reads");
-    data.pu_relabel(0.3, 1).expect("has positives");
-    let data = data.select(&(0..n_rows).collect::<Vec<_>>());
-    let scaler = Scaler::fit(ScaleKind::MinMax, &data.rows);
-    let data = Dataset {
-        rows: scaler.transform(&data.rows),
-        ..data
-    };
+    let data = support::pu_data("shuttle_anomaly.csv.gz", false, Some(n_rows));
     let p = data.count(Label::Positive);
     let n = data.count(Label::Unlabeled);
 

@@ -10,12 +10,13 @@
 #[path = "../tests/common/qp.rs"]
 mod qp;
 
-use std::path::Path;
+mod support;
+
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use ndarray::Array2;
-use neyman::data::{read, Dataset, Label, ReadOptions, ScaleKind, Scaler};
+use neyman::data::Label;
 use neyman::learn::kernel::Kernel;
 use neyman::learn::usmo::UsmoParams;
 
@@ -28,15 +29,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/shuttle_anomaly.csv.gz");
-    let mut data = read(&path, &ReadOptions::default()).expect("bundled data reads");
-    data.pu_relabel(0.3, 1).expect("has positives");
-    let data = data.select(&(0..n_rows).collect::<Vec<_>>());
-    let scaler = Scaler::fit(ScaleKind::MinMax, &data.rows);
-    let data = Dataset {
-        rows: scaler.transform(&data.rows),
-        ..data
-    };
+    let data = support::pu_data("shuttle_anomaly.csv.gz", false, Some(n_rows));
     // [P; U] order for the reference.
     let mut order = data.indices_of(Label::Positive);
     let p = order.len();

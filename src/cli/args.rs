@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::data::{Format, ScaleKind};
+use crate::data::{Format, ReadOptions, ScaleKind};
 use crate::learn::metrics::F1Class;
 
 #[derive(Debug, Parser)]
@@ -104,12 +104,9 @@ impl From<F1ClassArg> for F1Class {
     }
 }
 
-/// Where the samples come from and how they are read.
+/// How a data file is read.
 #[derive(Debug, Clone, Args)]
-pub struct DataArgs {
-    /// Data file: CSV with a header, or LIBSVM/svmlight; optionally .gz.
-    #[arg(long)]
-    pub data: PathBuf,
+pub struct ReadArgs {
     /// File format; inferred from the extension when absent.
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
@@ -119,6 +116,16 @@ pub struct DataArgs {
     /// CSV column holding the sample id (default: the 0-based row index).
     #[arg(long)]
     pub id_column: Option<String>,
+}
+
+/// Where the training samples come from and how they are read.
+#[derive(Debug, Clone, Args)]
+pub struct DataArgs {
+    /// Data file: CSV with a header, or LIBSVM/svmlight; optionally .gz.
+    #[arg(long)]
+    pub data: PathBuf,
+    #[command(flatten)]
+    pub read: ReadArgs,
     /// Treat -1 rows as unlabeled instead of keeping them as evaluation negatives.
     #[arg(long)]
     pub negatives_as_unlabeled: bool,
@@ -198,12 +205,8 @@ pub struct ScoreArgs {
     /// Data file; its label column is optional.
     #[arg(long)]
     pub data: PathBuf,
-    #[arg(long, value_enum)]
-    pub format: Option<FormatArg>,
-    #[arg(long, default_value = "label")]
-    pub label_column: String,
-    #[arg(long)]
-    pub id_column: Option<String>,
+    #[command(flatten)]
+    pub read: ReadArgs,
     /// Output file: JSON Lines when it ends in .jsonl or .json, CSV otherwise; stdout (CSV)
     /// when absent.
     #[arg(long)]
@@ -239,6 +242,19 @@ pub struct EvalArgs {
     pub report: Option<ReportFormat>,
     #[arg(long)]
     pub quiet: bool,
+}
+
+impl ReadArgs {
+    /// The reader options; `label_optional` lets a CSV without the label column read as
+    /// unlabeled rows.
+    pub fn options(&self, label_optional: bool) -> ReadOptions {
+        ReadOptions {
+            format: self.format.map(Into::into),
+            label_column: self.label_column.clone(),
+            label_optional,
+            id_column: self.id_column.clone(),
+        }
+    }
 }
 
 /// `600`, `0.5` (seconds) or a number with `ms`, `s`, `m` or `h`.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use crate::data::{read, DataError, Dataset, Label, ReadOptions, Rows, Scaler};
+use crate::data::{read, DataError, Dataset, Label, Rows, Scaler};
 use crate::learn::kernel::Kernel;
 use crate::learn::model::{Fingerprint, Model, ModelError, UsmoEntry};
 use crate::learn::usmo::{UsmoError, UsmoParams, UsmoValidParams};
@@ -80,13 +80,7 @@ impl From<DataError> for CliError {
 
 /// Reads the data file of `--data` with its reading flags.
 fn read_data(args: &DataArgs) -> Result<Dataset, CliError> {
-    let opts = ReadOptions {
-        format: args.format.map(Into::into),
-        label_column: args.label_column.clone(),
-        label_optional: false,
-        id_column: args.id_column.clone(),
-    };
-    Ok(read(&args.data, &opts)?)
+    Ok(read(&args.data, &args.read.options(false))?)
 }
 
 /// The kernel of the flags; γ defaults to 1/n_features.
@@ -254,13 +248,7 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
 /// `neyman score`: one line per row, `id,score` (CSV) or `{"id","score"}` (JSON Lines).
 pub fn score(args: &ScoreArgs) -> Result<(), CliError> {
     let model = read_model(&args.model)?;
-    let opts = ReadOptions {
-        format: args.format.map(Into::into),
-        label_column: args.label_column.clone(),
-        label_optional: true,
-        id_column: args.id_column.clone(),
-    };
-    let mut data = read(&args.data, &opts)?;
+    let mut data = read(&args.data, &args.read.options(true))?;
     let want = model.n_features();
     let have = data.rows.n_features();
     match &mut data.rows {
