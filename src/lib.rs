@@ -4,9 +4,11 @@
 //! # Layout
 //!
 //! - [`learn`]: pure math, no I/O: kernels and the bounded kernel-row cache ([`learn::kernel`]),
-//!   the USMO positive-unlabeled solver ([`learn::usmo`]), evaluation metrics
-//!   ([`learn::metrics`]), the model type, the [`learn::Scorer`] trait and the model file layout
-//!   ([`learn::model`]).
+//!   the USMO positive-unlabeled solver ([`learn::usmo`]), the τ-FPL ranker ([`learn::tfpl`])
+//!   and its projection onto Γ_k ([`learn::projection`]), false-positive thresholds on score
+//!   arrays ([`learn::threshold`]), which rows train and which calibrate
+//!   ([`learn::calibrate`]), evaluation metrics ([`learn::metrics`]), the model type, the
+//!   [`learn::Scorer`] trait and the model file layout ([`learn::model`]).
 //! - [`data`]: samples and their files: dense and sparse rows behind one access type
 //!   ([`data::rows`]), CSV and LIBSVM readers ([`data::read`]), feature scaling
 //!   ([`data::scale`]), PU relabelling and row ranges.

@@ -1177,3 +1177,254 @@ fn sparse_libsvm_matches_dense_csv_unscaled_rbf() {
 fn sparse_libsvm_matches_dense_csv_standard_rbf() {
     sparse_matches_dense(&["--scale", "standard", "--kernel", "rbf", "--gamma", "0.1"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// τ-FPL and calibrated thresholds
+// ---------------------------------------------------------------------------------------------
+
+const BREAST: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/breast_cancer_wisconsin.csv"
+);
+
+#[test]
+fn tfpl_umbrella_threshold_is_certified_and_flags_scores() {
+    let dir = TempDir::new().unwrap();
+    let model = dir.path().join("t.model");
+    let run = neyman(&[
+        "train",
+        "--algo",
+        "tfpl",
+        "--data",
+        BREAST,
+        "--tau",
+        "0.1",
+        "--reg",
+        "0.01",
+        "--seed",
+        "4",
+        "--out",
+        s(&model),
+        "--report",
+        "json",
+    ])
+    .ok();
+    let r = run.json();
+    assert_eq!(r["threshold_method"], "umbrella");
+    assert!(bool_of(&r, "converged"));
+    assert!(f64_of(&r, "relative_gap") <= 1e-6);
+    // 444 negatives, half held out for calibration.
+    assert_eq!(u64_of(&r, "calibration_size"), 222);
+    assert_eq!(u64_of(&r, "n_negative"), 222);
+    assert_eq!(u64_of(&r, "k"), 23, "k = ⌊0.1·222⌋ + 1");
+    let bound = f64_of(&r, "fpr_bound");
+    assert!(bound > 0.0 && bound <= 0.1, "fpr_bound {bound}");
+    assert!(f64_of(&r, "tpr_estimate") > 0.8);
+    let threshold = f64_of(&r, "threshold");
+    // score writes `flagged` = score > threshold.
+    let out = dir.path().join("s.csv");
+    neyman(&[
+        "score",
+        "--model",
+        s(&model),
+        "--data",
+        BREAST,
+        "--out",
+        s(&out),
+    ])
+    .ok();
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("id,score,flagged"));
+    let mut rows = 0;
+    for line in lines {
+        let parts: Vec<&str> = line.split(',').collect();
+        let score: f64 = parts[1].parse().unwrap();
+        assert_eq!(parts[2], if score > threshold { "true" } else { "false" });
+        rows += 1;
+    }
+    assert_eq!(rows, 683);
+    let inspect = neyman(&["model", "inspect", s(&model)]).ok().json();
+    assert_eq!(inspect["algorithm"], "tfpl");
+    assert_eq!(inspect["format_version"], 2);
+    assert_eq!(inspect["threshold"]["method"], "umbrella");
+}
+
+#[test]
+fn tfpl_oob_and_usmo_umbrella_and_refusals() {
+    let dir = TempDir::new().unwrap();
+    let model = dir.path().join("o.model");
+    let r = neyman(&[
+        "train",
+        "--algo",
+        "tfpl",
+        "--data",
+        BREAST,
+        "--tau",
+        "0.05",
+        "--threshold",
+        "oob",
+        "--rounds",
+        "3",
+        "--oob-rule",
+        "npscore",
+        "--out",
+        s(&model),
+        "--report",
+        "json",
+    ])
+    .ok()
+    .json();
+    assert_eq!(r["threshold_method"], "oob");
+    assert_eq!(r["fpr_bound"], Value::Null);
+    let fpr = f64_of(&r, "fpr_estimate");
+    assert!((0.0..=0.2).contains(&fpr), "oob fpr estimate {fpr}");
+
+    // A PU file with feedback negatives: 40 positives keep label 1, the first 80 negatives and
+    // the other positives become unlabeled, the last 70 negatives stay -1. USMO never trains on
+    // negatives, so all 70 calibrate the umbrella.
+    let heart = std::fs::read_to_string(HEART).unwrap();
+    let mut mixed = String::new();
+    let (mut pos, mut neg) = (0, 0);
+    for (i, line) in heart.lines().enumerate() {
+        if i == 0 {
+            mixed.push_str(line);
+        } else {
+            let (features, label) = line.rsplit_once(',').unwrap();
+            let label = match label {
+                "1" => {
+                    pos += 1;
+                    if pos <= 40 {
+                        "1"
+                    } else {
+                        "0"
+                    }
+                }
+                _ => {
+                    neg += 1;
+                    if neg <= 80 {
+                        "0"
+                    } else {
+                        "-1"
+                    }
+                }
+            };
+            mixed.push_str(&format!("{features},{label}"));
+        }
+        mixed.push('\n');
+    }
+    let mixed = write(&dir, "mixed.csv", mixed);
+    let r = neyman(&[
+        "train",
+        "--algo",
+        "usmo",
+        "--data",
+        s(&mixed),
+        "--prior",
+        "0.44",
+        "--lambda",
+        "0.01",
+        "--kernel",
+        "rbf",
+        "--tau",
+        "0.1",
+        "--out",
+        s(&model),
+        "--report",
+        "json",
+    ])
+    .ok()
+    .json();
+    assert_eq!(r["threshold_method"], "umbrella");
+    assert_eq!(u64_of(&r, "calibration_size"), 70);
+    assert_eq!(u64_of(&r, "n_unlabeled"), 160);
+    assert!(f64_of(&r, "fpr_bound") <= 0.1);
+
+    // Too few calibration negatives for τ = 1 %: the message says how many are needed.
+    let run = neyman(&[
+        "train",
+        "--algo",
+        "tfpl",
+        "--data",
+        HEART,
+        "--tau",
+        "0.01",
+        "--out",
+        s(&model),
+    ])
+    .code(1);
+    assert!(run.one_error_line().contains("299"), "{}", run.stderr);
+    // oob needs tfpl; pu-umbrella needs a prior interval; tfpl needs --tau: usage errors.
+    neyman(&[
+        "train",
+        "--algo",
+        "usmo",
+        "--data",
+        HEART,
+        "--prior",
+        "0.44",
+        "--lambda",
+        "0.01",
+        "--kernel",
+        "rbf",
+        "--tau",
+        "0.1",
+        "--threshold",
+        "oob",
+        "--out",
+        s(&model),
+    ])
+    .code(2);
+    neyman(&[
+        "train",
+        "--algo",
+        "usmo",
+        "--data",
+        HEART,
+        "--pu-labeled-fraction",
+        "0.3",
+        "--prior",
+        "0.44",
+        "--lambda",
+        "0.01",
+        "--kernel",
+        "rbf",
+        "--tau",
+        "0.1",
+        "--out",
+        s(&model),
+    ])
+    .code(2);
+    neyman(&[
+        "train",
+        "--algo",
+        "tfpl",
+        "--data",
+        HEART,
+        "--out",
+        s(&model),
+    ])
+    .code(2);
+    // A non-linear Gram matrix over the budget is refused with the sizes.
+    let run = neyman(&[
+        "train",
+        "--algo",
+        "tfpl",
+        "--data",
+        BREAST,
+        "--tau",
+        "0.1",
+        "--kernel",
+        "rbf",
+        "--max-gram-mb",
+        "1",
+        "--out",
+        s(&model),
+    ])
+    .code(1);
+    assert!(
+        run.one_error_line().contains("Gram matrix"),
+        "{}",
+        run.stderr
+    );
+}

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::data::{Format, ReadOptions, ScaleKind};
 use crate::learn::metrics::F1Class;
+use crate::learn::threshold::{OobRule, ThresholdMethod};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -43,6 +44,7 @@ pub enum ModelCommand {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Algo {
     Usmo,
+    Tfpl,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -129,6 +131,9 @@ pub struct DataArgs {
     /// Treat -1 rows as unlabeled instead of keeping them as evaluation negatives.
     #[arg(long)]
     pub negatives_as_unlabeled: bool,
+    /// tfpl: let unlabeled (0) rows count as negatives.
+    #[arg(long)]
+    pub unlabeled_as_negative: bool,
 }
 
 /// The model's hyper-parameters.
@@ -140,8 +145,12 @@ pub struct ModelArgs {
     /// λ: the regularisation weight (eval picks it by cross-validation when absent).
     #[arg(allow_negative_numbers = true, long)]
     pub lambda: Option<f64>,
+    /// tfpl: R, the L2 regularisation weight.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1e-2)]
+    pub reg: f64,
+    /// Kernel (required for usmo; tfpl defaults to linear).
     #[arg(long, value_enum)]
-    pub kernel: KernelName,
+    pub kernel: Option<KernelName>,
     /// RBF/poly γ (default 1/n_features).
     #[arg(allow_negative_numbers = true, long)]
     pub gamma: Option<f64>,
@@ -154,9 +163,13 @@ pub struct ModelArgs {
     /// Feature scaling, fitted on the training rows and stored in the model.
     #[arg(long, value_enum, default_value = "standard")]
     pub scale: ScaleArg,
-    /// Stop when max l − min r ≤ tol (note §3.2).
-    #[arg(allow_negative_numbers = true, long, default_value_t = 1e-3)]
-    pub tol: f64,
+    /// usmo: stop when max l − min r ≤ tol (default 1e-3); tfpl: stop when the relative
+    /// duality gap ≤ tol (default 1e-6).
+    #[arg(allow_negative_numbers = true, long)]
+    pub tol: Option<f64>,
+    /// tfpl: the largest kernel Gram matrix in MiB (a non-linear kernel above it is refused).
+    #[arg(long, default_value_t = 1024)]
+    pub max_gram_mb: usize,
     /// Stop after this many pair steps (reported as converged: false).
     #[arg(long)]
     pub max_iter: Option<u64>,
@@ -166,6 +179,72 @@ pub struct ModelArgs {
     /// Kernel-row cache budget in MiB.
     #[arg(long, default_value_t = 256)]
     pub cache_mb: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ThresholdArg {
+    Oob,
+    Umbrella,
+    PuUmbrella,
+}
+
+impl From<ThresholdArg> for ThresholdMethod {
+    fn from(t: ThresholdArg) -> ThresholdMethod {
+        match t {
+            ThresholdArg::Oob => ThresholdMethod::Oob,
+            ThresholdArg::Umbrella => ThresholdMethod::Umbrella,
+            ThresholdArg::PuUmbrella => ThresholdMethod::PuUmbrella,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OobRuleArg {
+    Quantile,
+    Npscore,
+}
+
+impl From<OobRuleArg> for OobRule {
+    fn from(r: OobRuleArg) -> OobRule {
+        match r {
+            OobRuleArg::Quantile => OobRule::Quantile,
+            OobRuleArg::Npscore => OobRule::NpScore,
+        }
+    }
+}
+
+/// The false-positive target and how the threshold is calibrated.
+#[derive(Debug, Clone, Args)]
+pub struct ThresholdArgs {
+    /// τ: the target false-positive rate. tfpl also ranks at τ (unless --rank-tau); with usmo
+    /// it adds a calibrated threshold to the model.
+    #[arg(allow_negative_numbers = true, long)]
+    pub tau: Option<f64>,
+    /// tfpl: the τ used for ranking (k = ⌊τn⌋+1), e.g. 2τ for the paper's "2τ-FPL".
+    #[arg(allow_negative_numbers = true, long)]
+    pub rank_tau: Option<f64>,
+    /// Threshold method; default umbrella when the data has negatives, else pu-umbrella.
+    #[arg(long, value_enum)]
+    pub threshold: Option<ThresholdArg>,
+    /// δ: the allowed probability that the true FPR exceeds τ.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0.05)]
+    pub delta: f64,
+    /// Share of the negatives (umbrella) or of positives and unlabeled rows (pu-umbrella) held
+    /// out for calibration.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0.5)]
+    pub calibration_fraction: f64,
+    /// pu-umbrella: lower end of the positive share of the unlabeled data.
+    #[arg(allow_negative_numbers = true, long)]
+    pub prior_min: Option<f64>,
+    /// pu-umbrella: upper end of the positive share of the unlabeled data.
+    #[arg(allow_negative_numbers = true, long)]
+    pub prior_max: Option<f64>,
+    /// oob: bootstrap rounds.
+    #[arg(long, default_value_t = 10)]
+    pub rounds: usize,
+    /// oob: the per-round threshold rule.
+    #[arg(long, value_enum, default_value = "quantile")]
+    pub oob_rule: OobRuleArg,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -185,6 +264,8 @@ pub struct TrainArgs {
     pub seed: u64,
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub threshold: ThresholdArgs,
     /// Start from this model's solution (same kernel; its scaler is reused).
     #[arg(long)]
     pub warm_start: Option<PathBuf>,

@@ -46,7 +46,7 @@ fn train_and_score(
     cancel: &AtomicBool,
 ) -> Result<(Vec<f64>, bool), CliError> {
     let params = usmo_params(&args.model, lambda, train.rows.n_features())?;
-    let scaler = fit_scaler(&args.model, train);
+    let scaler = fit_scaler(&args.model, Algo::Usmo, train);
     let scaled = Dataset {
         rows: scaler.transform(&train.rows),
         labels: train.labels.clone(),
@@ -166,7 +166,12 @@ fn run_repeat(
 
 /// `neyman eval`
 pub fn eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
-    let Algo::Usmo = args.algo;
+    if args.algo != Algo::Usmo {
+        return Err(CliError::Usage(
+            "eval supports --algo usmo for now (tfpl evaluation comes with its --tau protocol)"
+                .into(),
+        ));
+    }
     if args.repeats == 0 {
         return Err(CliError::Usage("--repeats must be at least 1".into()));
     }

@@ -15,12 +15,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::data::{read, DataError, Dataset, Label, Rows, Scaler};
+use crate::learn::calibrate::{Algorithm, CalibrateError, Fit, ThresholdSpec};
 use crate::learn::kernel::Kernel;
-use crate::learn::model::{Fingerprint, Model, ModelError, UsmoEntry};
+use crate::learn::model::{Fingerprint, Model, ModelError, TfplEntry, UsmoEntry};
+use crate::learn::tfpl::{TfplParams, TfplValidParams};
 use crate::learn::usmo::{UsmoError, UsmoParams, UsmoValidParams};
 use crate::learn::Scorer;
 
-use args::{Algo, DataArgs, KernelName, ModelArgs, ReportFormat, ScoreArgs, TrainArgs};
+use args::{
+    Algo, DataArgs, KernelName, ModelArgs, ReportFormat, ScoreArgs, ThresholdArgs, TrainArgs,
+};
 
 pub use eval::eval;
 
@@ -37,6 +41,10 @@ pub enum CliError {
     File { path: String, message: String },
     #[error("training failed: {0}")]
     Solver(UsmoError),
+    #[error("training failed: {0}")]
+    Training(String),
+    #[error("cannot calibrate the threshold: {0}")]
+    Threshold(String),
 }
 
 impl CliError {
@@ -51,6 +59,17 @@ impl CliError {
         CliError::File {
             path: path.display().to_string(),
             message: message.to_string(),
+        }
+    }
+}
+
+impl From<CalibrateError> for CliError {
+    fn from(e: CalibrateError) -> CliError {
+        match e {
+            CalibrateError::Usmo(u) => u.into(),
+            CalibrateError::Needs(..) => CliError::Usage(e.to_string()),
+            CalibrateError::Threshold(t) => CliError::Threshold(t.to_string()),
+            CalibrateError::Tfpl(t) => CliError::Training(t.to_string()),
         }
     }
 }
@@ -83,10 +102,10 @@ fn read_data(args: &DataArgs) -> Result<Dataset, CliError> {
     Ok(read(&args.data, &args.read.options(false))?)
 }
 
-/// The kernel of the flags; γ defaults to 1/n_features.
-fn kernel_of(args: &ModelArgs, n_features: usize) -> Kernel {
+/// The kernel of the flags (`default` when `--kernel` is absent); γ defaults to 1/n_features.
+fn kernel_of(args: &ModelArgs, n_features: usize, default: KernelName) -> Kernel {
     let gamma = args.gamma.unwrap_or(1.0 / n_features.max(1) as f64);
-    match args.kernel {
+    match args.kernel.unwrap_or(default) {
         KernelName::Linear => Kernel::Linear,
         KernelName::Rbf => Kernel::Rbf { gamma },
         KernelName::Poly => Kernel::Poly {
@@ -106,21 +125,61 @@ fn usmo_params(
     let prior = args
         .prior
         .ok_or_else(|| CliError::Usage("--algo usmo needs --prior".into()))?;
-    let mut params = UsmoParams::new(prior, lambda, kernel_of(args, n_features));
-    params.tol = args.tol;
+    if args.kernel.is_none() {
+        return Err(CliError::Usage(
+            "--algo usmo needs --kernel linear|rbf|poly".into(),
+        ));
+    }
+    let kernel = kernel_of(args, n_features, KernelName::Linear);
+    let mut params = UsmoParams::new(prior, lambda, kernel);
+    params.tol = args.tol.unwrap_or(params.tol);
     params.max_iter = args.max_iter;
     params.time_limit = args.time_limit;
     params.cache_bytes = args.cache_mb.saturating_mul(1 << 20);
     Ok(params.check()?)
 }
 
-/// The training rows' scaler: fitted on the positives and unlabeled rows (the rows USMO trains
-/// on), never on evaluation negatives.
-fn fit_scaler(args: &ModelArgs, data: &Dataset) -> Scaler {
-    let train: Vec<usize> = (0..data.len())
-        .filter(|&i| data.labels[i] != Label::Negative)
-        .collect();
-    Scaler::fit(args.scale.into(), &data.rows.select(&train))
+/// Checked τ-FPL parameters from the flags.
+fn tfpl_params(
+    args: &ModelArgs,
+    rank_tau: f64,
+    n_features: usize,
+) -> Result<TfplValidParams, CliError> {
+    let mut params = TfplParams::new(rank_tau, args.reg);
+    params.kernel = kernel_of(args, n_features, KernelName::Linear);
+    params.tol = args.tol.unwrap_or(params.tol);
+    params.max_iter = args.max_iter;
+    params.time_limit = args.time_limit;
+    params.max_gram_bytes = args.max_gram_mb.saturating_mul(1 << 20);
+    params.check().map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// The training rows' scaler: for USMO fitted on the positives and unlabeled rows (the rows it
+/// trains on), never on evaluation negatives; for τ-FPL fitted on every row and then divided by
+/// the largest scaled row norm, so ‖x‖ ≤ 1 on the training rows (note §6.15).
+fn fit_scaler(args: &ModelArgs, algo: Algo, data: &Dataset) -> Scaler {
+    match algo {
+        Algo::Usmo => {
+            let train: Vec<usize> = (0..data.len())
+                .filter(|&i| data.labels[i] != Label::Negative)
+                .collect();
+            Scaler::fit(args.scale.into(), &data.rows.select(&train))
+        }
+        Algo::Tfpl => {
+            let scaler = Scaler::fit(args.scale.into(), &data.rows);
+            let largest = scaler
+                .transform(&data.rows)
+                .squared_norms()
+                .into_iter()
+                .fold(0.0, f64::max)
+                .sqrt();
+            if largest > 0.0 && largest.is_finite() {
+                scaler.times(1.0 / largest)
+            } else {
+                scaler
+            }
+        }
+    }
 }
 
 /// A spinner on stderr while `work` runs, only when stderr is a terminal and not `--quiet`.
@@ -167,13 +226,27 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     })
 }
 
+/// The threshold flags as a spec, if `--tau` was given.
+fn threshold_spec(args: &ThresholdArgs, seed: u64) -> Option<ThresholdSpec> {
+    let tau = args.tau?;
+    Some(ThresholdSpec {
+        method: args.threshold.map(Into::into),
+        tau,
+        delta: args.delta,
+        calibration_fraction: args.calibration_fraction,
+        prior_interval: match (args.prior_min, args.prior_max) {
+            (Some(lo), Some(hi)) => Some((lo, hi)),
+            (Some(v), None) | (None, Some(v)) => Some((v, v)),
+            (None, None) => None,
+        },
+        rounds: args.rounds,
+        oob_rule: args.oob_rule.into(),
+        seed,
+    })
+}
+
 /// `neyman train`
 pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
-    let Algo::Usmo = args.algo;
-    let lambda = args
-        .model
-        .lambda
-        .ok_or_else(|| CliError::Usage("train needs --lambda".into()))?;
     let mut data = read_data(&args.data)?;
     if let Some(fraction) = args.pu_labeled_fraction {
         data.pu_relabel(fraction, args.seed)?;
@@ -184,65 +257,146 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     if args.data.negatives_as_unlabeled {
         data.negatives_as_unlabeled();
     }
+    if args.data.unlabeled_as_negative {
+        data.labels.iter_mut().for_each(|l| {
+            if *l == Label::Unlabeled {
+                *l = Label::Negative;
+            }
+        });
+    }
+    let n_features = data.rows.n_features();
+    let spec = threshold_spec(&args.threshold, args.seed);
+    let algorithm = match args.algo {
+        Algo::Usmo => {
+            let lambda = args
+                .model
+                .lambda
+                .ok_or_else(|| CliError::Usage("--algo usmo needs --lambda".into()))?;
+            Algorithm::Usmo(usmo_params(&args.model, lambda, n_features)?)
+        }
+        Algo::Tfpl => {
+            let tau = args
+                .threshold
+                .tau
+                .ok_or_else(|| CliError::Usage("--algo tfpl needs --tau".into()))?;
+            let rank_tau = args.threshold.rank_tau.unwrap_or(tau);
+            Algorithm::Tfpl(tfpl_params(&args.model, rank_tau, n_features)?)
+        }
+    };
     let previous = match &args.warm_start {
-        Some(path) => match read_model(path)? {
-            Model::Usmo(entry) => Some(entry),
-        },
+        Some(path) => Some(read_model(path)?),
         None => None,
     };
-    let n_features = data.rows.n_features();
-    let params = usmo_params(&args.model, lambda, n_features)?;
     // A warm start keeps the previous scaler so its kernel values stay valid.
-    let scaler = match &previous {
-        Some(prev) if prev.scaler.n_features() != n_features => {
+    let (scaler, previous_fit) = match &previous {
+        Some(prev) if prev.n_features() != n_features => {
             return Err(CliError::Usage(format!(
                 "--warm-start model has {} features, the data {}",
-                prev.scaler.n_features(),
+                prev.n_features(),
                 n_features
             )))
         }
-        Some(prev) => prev.scaler.clone(),
-        None => fit_scaler(&args.model, &data),
+        Some(Model::Usmo(e)) if args.algo == Algo::Usmo => {
+            (e.scaler.clone(), Some(Fit::Usmo(e.fit.clone())))
+        }
+        Some(Model::Tfpl(e)) if args.algo == Algo::Tfpl => {
+            (e.scaler.clone(), Some(Fit::Tfpl(e.fit.clone())))
+        }
+        Some(other) => {
+            return Err(CliError::Usage(format!(
+                "--warm-start model is a {} model, not {}",
+                other.algorithm(),
+                algorithm_name(args.algo)
+            )))
+        }
+        None => (fit_scaler(&args.model, args.algo, &data), None),
     };
     let scaled = Dataset {
         rows: scaler.transform(&data.rows),
         labels: data.labels.clone(),
         ids: data.ids.clone(),
     };
-    let fit = with_spinner(args.quiet, "training usmo", || {
-        params.fit_with(previous.as_ref().map(|p| &p.fit), &scaled, cancel)
+    let (fit, threshold) = with_spinner(args.quiet, "training", || match &spec {
+        Some(spec) => algorithm
+            .fit_with_threshold(previous_fit.as_ref(), spec, &scaled, cancel)
+            .map(|(f, t)| (f, Some(t))),
+        None => algorithm
+            .fit(previous_fit.as_ref(), &scaled, cancel)
+            .map(|f| (f, None)),
     })?;
-    let report = fit.report.clone();
-    let model = Model::Usmo(UsmoEntry {
-        scaler,
-        fit,
-        tol: params.tol,
-        fingerprint: Fingerprint::of(&data),
-    });
+    let fingerprint = Fingerprint::of(&data);
+    let (model, mut report) = match fit {
+        Fit::Usmo(fit) => {
+            let report = json!(fit.report);
+            let entry = UsmoEntry {
+                scaler,
+                tol: fit_tol(&algorithm),
+                fit,
+                fingerprint,
+                threshold: threshold.clone(),
+            };
+            (Model::Usmo(entry), report)
+        }
+        Fit::Tfpl(fit) => {
+            let report = json!(fit.report);
+            let entry = TfplEntry {
+                scaler,
+                tol: fit_tol(&algorithm),
+                fit,
+                fingerprint,
+                threshold: threshold.clone(),
+            };
+            (Model::Tfpl(entry), report)
+        }
+    };
     write_atomic(&args.out, &model.to_file_bytes()?)?;
-    if !report.converged {
+    if let (Some(t), Some(fields)) = (&threshold, report.as_object_mut()) {
+        fields.insert("threshold".into(), json!(t.threshold));
+        fields.insert("threshold_method".into(), json!(t.method));
+        fields.insert("tau".into(), json!(t.tau));
+        fields.insert("delta".into(), json!(t.delta));
+        fields.insert("fpr_bound".into(), json!(t.fpr_bound));
+        fields.insert("fpr_estimate".into(), json!(t.fpr_estimate));
+        fields.insert("tpr_estimate".into(), json!(t.tpr_estimate));
+        fields.insert("calibration_size".into(), json!(t.calibration_size()));
+    }
+    if report["converged"] == json!(false) {
         tracing::warn!(
-            iterations = report.iterations,
-            max_violation = report.max_violation,
-            cancelled = report.cancelled,
+            iterations = %report["iterations"],
+            cancelled = %report["cancelled"],
             "training stopped before convergence"
         );
     }
     match args.report {
-        Some(ReportFormat::Json) => println!("{}", json!(report)),
+        Some(ReportFormat::Json) => println!("{report}"),
         None => println!(
-            "trained usmo: {} positives, {} unlabeled, {} support vectors, {} pair steps, \
-             converged: {}, {:.3}s -> {}",
-            report.n_positive,
-            report.n_unlabeled,
-            report.n_support,
-            report.iterations,
-            report.converged,
-            report.train_seconds,
+            "trained {}: {} pair/gradient steps, converged: {}, {:.3}s{} -> {}",
+            model.algorithm(),
+            report["iterations"],
+            report["converged"],
+            report["train_seconds"].as_f64().unwrap_or(0.0),
+            threshold.as_ref().map_or(String::new(), |t| format!(
+                ", threshold {:.6} ({:?}, FPR bound {:?})",
+                t.threshold, t.method, t.fpr_bound
+            )),
             args.out.display()
         ),
     }
     Ok(())
+}
+
+fn algorithm_name(algo: Algo) -> &'static str {
+    match algo {
+        Algo::Usmo => "usmo",
+        Algo::Tfpl => "tfpl",
+    }
+}
+
+fn fit_tol(algorithm: &Algorithm) -> f64 {
+    match algorithm {
+        Algorithm::Usmo(p) => p.tol,
+        Algorithm::Tfpl(p) => p.tol,
+    }
 }
 
 /// `neyman score`: one line per row, `id,score` (CSV) or `{"id","score"}` (JSON Lines).
@@ -268,16 +422,28 @@ pub fn score(args: &ScoreArgs) -> Result<(), CliError> {
         let name = p.to_string_lossy();
         name.ends_with(".jsonl") || name.ends_with(".json")
     });
+    let threshold = model.threshold();
     let mut text = String::new();
     if !json_lines {
-        text.push_str("id,score\n");
+        text.push_str(if threshold.is_some() {
+            "id,score,flagged\n"
+        } else {
+            "id,score\n"
+        });
     }
     for (id, s) in data.ids.iter().zip(&scores) {
-        if json_lines {
-            text.push_str(&json!({"id": id, "score": s}).to_string());
-            text.push('\n');
-        } else {
-            text.push_str(&format!("{id},{s}\n"));
+        let flagged = threshold.map(|t| t.is_positive(*s));
+        match (json_lines, flagged) {
+            (true, Some(f)) => {
+                text.push_str(&json!({"id": id, "score": s, "flagged": f}).to_string());
+                text.push('\n');
+            }
+            (true, None) => {
+                text.push_str(&json!({"id": id, "score": s}).to_string());
+                text.push('\n');
+            }
+            (false, Some(f)) => text.push_str(&format!("{id},{s},{f}\n")),
+            (false, None) => text.push_str(&format!("{id},{s}\n")),
         }
     }
     match &args.out {
@@ -291,22 +457,35 @@ pub fn score(args: &ScoreArgs) -> Result<(), CliError> {
 /// `neyman model inspect`: the model's metadata as one JSON object.
 pub fn inspect(path: &Path) -> Result<(), CliError> {
     let model = read_model(path)?;
-    let Model::Usmo(entry) = &model;
-    let state = &entry.fit.state;
-    let value = json!({
+    let mut value = json!({
         "algorithm": model.algorithm(),
         "format_version": crate::learn::model::FORMAT_VERSION,
         "n_features": model.n_features(),
-        "kernel": state.kernel,
-        "prior": state.prior,
-        "lambda": state.lambda,
-        "tol": entry.tol,
-        "scale": entry.scaler.kind(),
-        "bias": entry.fit.expansion.bias,
-        "n_support": entry.fit.expansion.coef.len(),
-        "fingerprint": entry.fingerprint,
-        "report": entry.fit.report,
+        "kernel": model.expansion().kernel,
+        "scale": model.scaler().kind(),
+        "bias": model.expansion().bias,
+        "n_support": model.expansion().coef.len(),
+        "threshold": model.threshold(),
     });
+    let extra = match &model {
+        Model::Usmo(e) => json!({
+            "prior": e.fit.state.prior,
+            "lambda": e.fit.state.lambda,
+            "tol": e.tol,
+            "fingerprint": e.fingerprint,
+            "report": e.fit.report,
+        }),
+        Model::Tfpl(e) => json!({
+            "rank_tau": e.fit.tau,
+            "reg": e.fit.reg,
+            "tol": e.tol,
+            "fingerprint": e.fingerprint,
+            "report": e.fit.report,
+        }),
+    };
+    if let (Some(fields), serde_json::Value::Object(more)) = (value.as_object_mut(), extra) {
+        fields.extend(more);
+    }
     println!("{value}");
     Ok(())
 }

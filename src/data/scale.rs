@@ -101,6 +101,14 @@ struct ColumnStats {
 }
 
 impl Scaler {
+    /// This scaler followed by a multiplication of every output by `c` (finite, > 0); τ-FPL uses
+    /// it to divide by the largest training row norm.
+    pub fn times(mut self, c: f64) -> Scaler {
+        debug_assert!(c.is_finite() && c > 0.0);
+        self.factor.iter_mut().for_each(|f| *f *= c);
+        self
+    }
+
     /// Leaves every one of `n_features` features unchanged.
     pub fn identity(n_features: usize) -> Scaler {
         Scaler {

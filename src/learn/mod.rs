@@ -1,8 +1,12 @@
 //! Pure learning maths: kernels, solvers, metrics and models. No I/O, no async.
 
+pub mod calibrate;
 pub mod kernel;
 pub mod metrics;
 pub mod model;
+pub mod projection;
+pub mod tfpl;
+pub mod threshold;
 pub mod usmo;
 
 use crate::data::Rows;

@@ -12,18 +12,22 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{self, CodecError};
 use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::learn::kernel::KernelExpansion;
+use crate::learn::tfpl::TfplModel;
+use crate::learn::threshold::ThresholdResult;
 use crate::learn::usmo::UsmoModel;
 use crate::learn::Scorer;
 
 /// The first 8 bytes of every model file.
 pub const MAGIC: &[u8; 8] = b"NEYMANMD";
-/// The layout version written; readers accept `1..=FORMAT_VERSION`.
-pub const FORMAT_VERSION: u32 = 1;
+/// The layout version written and read. Version 2 added τ-FPL models and the calibrated
+/// threshold; version 1 files (USMO without a threshold) are refused: retrain them.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A trained scorer of any algorithm, with what it was trained on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Model {
     Usmo(UsmoEntry),
+    Tfpl(TfplEntry),
 }
 
 /// A USMO model: the scaler fitted on its training rows, the fit itself (support vectors,
@@ -34,6 +38,18 @@ pub struct UsmoEntry {
     pub fit: UsmoModel,
     pub tol: f64,
     pub fingerprint: Fingerprint,
+    pub threshold: Option<ThresholdResult>,
+}
+
+/// A τ-FPL model: the scaler (which also divides by the largest training row norm, so
+/// ‖x‖ ≤ 1 on the training rows), the fit, the training data's fingerprint and the threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TfplEntry {
+    pub scaler: Scaler,
+    pub fit: TfplModel,
+    pub tol: f64,
+    pub fingerprint: Fingerprint,
+    pub threshold: Option<ThresholdResult>,
 }
 
 /// A summary of the training rows that identifies them (sizes and an FNV-1a hash of ids, labels
@@ -99,18 +115,29 @@ impl Model {
     pub fn algorithm(&self) -> &'static str {
         match self {
             Model::Usmo(_) => "usmo",
+            Model::Tfpl(_) => "tfpl",
         }
     }
 
     fn tag(&self) -> u8 {
         match self {
             Model::Usmo(_) => 1,
+            Model::Tfpl(_) => 2,
         }
     }
 
     pub fn scaler(&self) -> &Scaler {
         match self {
             Model::Usmo(m) => &m.scaler,
+            Model::Tfpl(m) => &m.scaler,
+        }
+    }
+
+    /// The calibrated threshold, if the model was trained with one.
+    pub fn threshold(&self) -> Option<&ThresholdResult> {
+        match self {
+            Model::Usmo(m) => m.threshold.as_ref(),
+            Model::Tfpl(m) => m.threshold.as_ref(),
         }
     }
 
@@ -122,7 +149,7 @@ impl Model {
 
     /// Parses a model file, rejecting a wrong magic, version, length or checksum.
     pub fn from_file_bytes(bytes: &[u8]) -> Result<Model, ModelError> {
-        let frame = codec::unframe(bytes, MAGIC, 1..=FORMAT_VERSION)?;
+        let frame = codec::unframe(bytes, MAGIC, FORMAT_VERSION..=FORMAT_VERSION)?;
         let model: Model = codec::from_bytes(frame.payload)?;
         if model.tag() != frame.tag {
             return Err(ModelError::TagMismatch {
@@ -133,9 +160,10 @@ impl Model {
         Ok(model)
     }
 
-    fn expansion(&self) -> &KernelExpansion {
+    pub fn expansion(&self) -> &KernelExpansion {
         match self {
             Model::Usmo(m) => &m.fit.expansion,
+            Model::Tfpl(m) => &m.fit.expansion,
         }
     }
 }

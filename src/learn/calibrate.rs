@@ -1,0 +1,278 @@
+//! Training with a false-positive threshold: which rows train the scorer, which calibrate it.
+//!
+//! The threshold methods of [`crate::learn::threshold`] each need data the scorer never saw:
+//! - `umbrella`: held-out negatives. τ-FPL trains on positives and the other negatives; USMO
+//!   never trains on negatives, so all of them calibrate it.
+//! - `pu-umbrella`: a held-out part of the labelled positives and of the unlabeled rows; the
+//!   candidate thresholds are quantiles of the training rows' scores (fixed without the
+//!   calibration data).
+//! - `oob` (τ-FPL only): stratified bootstrap rounds over positives and negatives, one scorer per
+//!   round, thresholds from each round's out-of-bag scores; the final scorer is the mean of the
+//!   round scorers and the threshold the mean of the round thresholds.
+//!
+//! Without an explicit method, `umbrella` is used when the data has negatives, else
+//! `pu-umbrella`. The calibration split is drawn from `seed`, so a fit is reproducible.
+
+use std::sync::atomic::AtomicBool;
+
+use crate::data::{Dataset, Label, Rows};
+use crate::learn::kernel::KernelExpansion;
+use crate::learn::tfpl::{TfplError, TfplModel, TfplValidParams};
+use crate::learn::threshold::{
+    bootstrap_rounds, calibration_split, candidate_grid, oob, pu_umbrella, umbrella, OobRule,
+    ThresholdError, ThresholdMethod, ThresholdResult, DEFAULT_CANDIDATES,
+};
+use crate::learn::usmo::{UsmoError, UsmoModel, UsmoValidParams};
+
+/// Which solver trains the scorer.
+#[derive(Debug, Clone)]
+pub enum Algorithm {
+    Usmo(UsmoValidParams),
+    Tfpl(TfplValidParams),
+}
+
+/// A trained scorer of either algorithm.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fit {
+    Usmo(UsmoModel),
+    Tfpl(TfplModel),
+}
+
+impl Fit {
+    pub fn expansion(&self) -> &KernelExpansion {
+        match self {
+            Fit::Usmo(m) => &m.expansion,
+            Fit::Tfpl(m) => &m.expansion,
+        }
+    }
+
+    fn scores(&self, rows: &Rows) -> Vec<f64> {
+        let mut out = vec![0.0; rows.n_rows()];
+        self.expansion().decision_batch(rows, &mut out);
+        out
+    }
+}
+
+/// How the threshold is chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThresholdSpec {
+    /// `None`: umbrella when the data has negatives, else pu-umbrella.
+    pub method: Option<ThresholdMethod>,
+    /// τ: the target false-positive rate.
+    pub tau: f64,
+    /// δ: the allowed probability that the true FPR exceeds τ (umbrella methods).
+    pub delta: f64,
+    /// Share of the negatives (umbrella) or of the positives and unlabeled rows (pu-umbrella)
+    /// held out for calibration.
+    pub calibration_fraction: f64,
+    /// [π_min, π_max]: the positive share of the unlabeled data (pu-umbrella).
+    pub prior_interval: Option<(f64, f64)>,
+    pub rounds: usize,
+    pub oob_rule: OobRule,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CalibrateError {
+    #[error(transparent)]
+    Usmo(#[from] UsmoError),
+    #[error(transparent)]
+    Tfpl(#[from] TfplError),
+    #[error(transparent)]
+    Threshold(#[from] ThresholdError),
+    #[error("the {0} threshold needs {1}")]
+    Needs(&'static str, &'static str),
+}
+
+impl Algorithm {
+    /// Trains on `data` (already scaled), from `previous` when it is a fit of the same algorithm.
+    pub fn fit(
+        &self,
+        previous: Option<&Fit>,
+        data: &Dataset,
+        cancel: &AtomicBool,
+    ) -> Result<Fit, CalibrateError> {
+        Ok(match self {
+            Algorithm::Usmo(p) => {
+                let prev = match previous {
+                    Some(Fit::Usmo(m)) => Some(m),
+                    _ => None,
+                };
+                Fit::Usmo(p.fit_with(prev, data, cancel)?)
+            }
+            Algorithm::Tfpl(p) => {
+                let prev = match previous {
+                    Some(Fit::Tfpl(m)) => Some(m),
+                    _ => None,
+                };
+                Fit::Tfpl(p.fit_with(prev, data, cancel)?)
+            }
+        })
+    }
+
+    /// Trains the scorer and calibrates its threshold per `spec` (see the module docs).
+    pub fn fit_with_threshold(
+        &self,
+        previous: Option<&Fit>,
+        spec: &ThresholdSpec,
+        data: &Dataset,
+        cancel: &AtomicBool,
+    ) -> Result<(Fit, ThresholdResult), CalibrateError> {
+        let negatives = data.indices_of(Label::Negative);
+        let method = spec.method.unwrap_or(if negatives.is_empty() {
+            ThresholdMethod::PuUmbrella
+        } else {
+            ThresholdMethod::Umbrella
+        });
+        match method {
+            ThresholdMethod::Umbrella => {
+                if negatives.is_empty() {
+                    return Err(CalibrateError::Needs("umbrella", "negatives (label -1)"));
+                }
+                let (train_rows, calibration) = match self {
+                    // USMO never trains on negatives: every one of them is unseen.
+                    Algorithm::Usmo(_) => ((0..data.len()).collect(), negatives),
+                    Algorithm::Tfpl(_) => {
+                        let (_, cal) =
+                            calibration_split(&negatives, spec.calibration_fraction, spec.seed)?;
+                        (without(data.len(), &cal), cal)
+                    }
+                };
+                let train = data.select(&train_rows);
+                let fit = self.fit(previous, &train, cancel)?;
+                let cal_scores = fit.scores(&data.rows.select(&calibration));
+                // The training positives give an (optimistic) TPR estimate.
+                let pos_scores = fit.scores(&train.rows.select(&train.indices_of(Label::Positive)));
+                let result = umbrella(&cal_scores, spec.tau, spec.delta, Some(&pos_scores))?;
+                Ok((fit, result))
+            }
+            ThresholdMethod::PuUmbrella => {
+                let (prior_min, prior_max) = spec.prior_interval.ok_or(CalibrateError::Needs(
+                    "pu-umbrella",
+                    "the prior interval of the unlabeled data (prior_min and prior_max)",
+                ))?;
+                let positives = data.indices_of(Label::Positive);
+                let unlabeled = data.indices_of(Label::Unlabeled);
+                let (_, cal_p) =
+                    calibration_split(&positives, spec.calibration_fraction, spec.seed)?;
+                let (_, cal_u) =
+                    calibration_split(&unlabeled, spec.calibration_fraction, spec.seed ^ 1)?;
+                let mut held: Vec<usize> = cal_p.iter().chain(&cal_u).copied().collect();
+                held.sort_unstable();
+                let mut train = data.select(&without(data.len(), &held));
+                // τ-FPL without negatives trains the positives against the unlabeled rows.
+                if matches!(self, Algorithm::Tfpl(_)) && negatives.is_empty() {
+                    train.labels.iter_mut().for_each(|l| {
+                        if *l == Label::Unlabeled {
+                            *l = Label::Negative;
+                        }
+                    });
+                }
+                let fit = self.fit(previous, &train, cancel)?;
+                let candidates = candidate_grid(&fit.scores(&train.rows), DEFAULT_CANDIDATES);
+                let result = pu_umbrella(
+                    &candidates,
+                    &fit.scores(&data.rows.select(&cal_p)),
+                    &fit.scores(&data.rows.select(&cal_u)),
+                    spec.tau,
+                    spec.delta,
+                    prior_min,
+                    prior_max,
+                )?;
+                Ok((fit, result))
+            }
+            ThresholdMethod::Oob => {
+                let Algorithm::Tfpl(params) = self else {
+                    return Err(CalibrateError::Needs(
+                        "oob",
+                        "an algorithm trained on negatives (--algo tfpl)",
+                    ));
+                };
+                self.oob_fit(params, spec, data, cancel)
+            }
+        }
+    }
+
+    fn oob_fit(
+        &self,
+        params: &TfplValidParams,
+        spec: &ThresholdSpec,
+        data: &Dataset,
+        cancel: &AtomicBool,
+    ) -> Result<(Fit, ThresholdResult), CalibrateError> {
+        let positives = data.indices_of(Label::Positive);
+        let negatives = data.indices_of(Label::Negative);
+        if negatives.is_empty() {
+            return Err(CalibrateError::Needs("oob", "negatives (label -1)"));
+        }
+        let mut per_round = Vec::with_capacity(spec.rounds);
+        let mut fits = Vec::with_capacity(spec.rounds);
+        for (in_bag, out_of_bag) in bootstrap_rounds(&positives, &negatives, spec.rounds, spec.seed)
+        {
+            let fit = params.fit(&data.select(&in_bag), cancel)?;
+            let oob_rows = data.select(&out_of_bag);
+            let mut scores = vec![0.0; oob_rows.len()];
+            fit.expansion.decision_batch(&oob_rows.rows, &mut scores);
+            let (mut pos, mut neg) = (Vec::new(), Vec::new());
+            for (s, l) in scores.iter().zip(&oob_rows.labels) {
+                if *l == Label::Positive {
+                    pos.push(*s);
+                } else {
+                    neg.push(*s);
+                }
+            }
+            per_round.push((pos, neg));
+            fits.push(fit);
+        }
+        let result = oob(&per_round, spec.oob_rule, spec.tau)?;
+        Ok((Fit::Tfpl(average(fits)), result))
+    }
+}
+
+/// The mean of the round scorers: their expansions stacked, each coefficient divided by the
+/// number of rounds (for the linear kernel this is the mean weight vector). The report and dual
+/// state are those of the last round.
+fn average(fits: Vec<TfplModel>) -> TfplModel {
+    let rounds = fits.len() as f64;
+    let kernel = fits[0].expansion.kernel;
+    let mut coef = Vec::new();
+    let mut row_sets = Vec::new();
+    for f in &fits {
+        coef.extend(f.expansion.coef.iter().map(|c| c / rounds));
+        row_sets.push(&f.expansion.support);
+    }
+    let support = stack(&row_sets);
+    let mut last = fits.into_iter().last().expect("at least one round");
+    last.expansion = KernelExpansion::new(kernel, support, coef, 0.0);
+    last
+}
+
+/// The rows of every set, in order (all of one storage kind).
+fn stack(sets: &[&Rows]) -> Rows {
+    match sets[0] {
+        Rows::Dense(_) => {
+            let views: Vec<_> = sets.iter().filter_map(|r| r.as_dense()).collect();
+            Rows::Dense(ndarray::concatenate(ndarray::Axis(0), &views).expect("same feature count"))
+        }
+        Rows::Sparse(first) => {
+            let mut out = crate::data::CsrMatrix::new(first.n_features());
+            for set in sets {
+                for i in 0..set.n_rows() {
+                    if let crate::data::RowRef::Sparse { indices, values } = set.row(i) {
+                        out.push_row(indices, values).expect("rows of a valid set");
+                    }
+                }
+            }
+            Rows::Sparse(out)
+        }
+    }
+}
+
+/// 0..len without the sorted `removed` indices.
+fn without(len: usize, removed: &[usize]) -> Vec<usize> {
+    let mut sorted = removed.to_vec();
+    sorted.sort_unstable();
+    (0..len)
+        .filter(|i| sorted.binary_search(i).is_err())
+        .collect()
+}

@@ -1,0 +1,745 @@
+//! τ-FPL: tolerance-constrained ranking in linear time.
+//!
+//! Paper: Zhang, Li, Pu, Wang, Yan, Zha, "τ-FPL: Tolerance-Constrained Learning in Linear Time",
+//! AAAI 2018 (long version arXiv 1801.04701); the maths follows the project's digest
+//! (`tau-fpl.md`). With m positives x_i⁺, n negatives x_j⁻, k = ⌊τn⌋ + 1 and l(u) = [1 − u]₊²:
+//!
+//! - primal (6): min_w P(w) = (1/m) Σ_i l(wᵀx_i⁺ − (1/k) Σ_{j≤k} wᵀx⁻_[j]) + (R/2)‖w‖²;
+//! - dual (7): min_{(α,β)∈Γ_k} g(α,β) = (1/(2mR)) ‖Xpᵀα − Xnᵀβ‖² + Σ_i (α_i²/4 − α_i), with
+//!   Γ_k = {α ≥ 0, β ≥ 0, Σα = Σβ, β_j ≤ Σα/k} (note §1.2);
+//! - w = (Xpᵀα − Xnᵀβ)/(mR) (8), and the duality gap P(w(α,β)) + g(α,β)/m ≥ 0 is zero at the
+//!   optimum.
+//!
+//! The dual is solved by FISTA with step 1/L (L from power iteration, doubled by backtracking if
+//! the sufficient-decrease test fails) and gradient-based adaptive restart, projecting onto Γ_k
+//! with [`crate::learn::projection::project`]; it stops when the gap is ≤ `tol`·max(1, |P|).
+//! Writing u = (α, −β) and s = scores of all training samples, everything is expressed through
+//! one linear map u ↦ s: s = Z Zᵀu/(mR) for the linear scorer (two O(d(m+n)) products) and
+//! s = K u/(mR) for the kernel scorer (the Gram form of note §1.4, whose (m+n)² matrix is
+//! refused above a byte budget). Then g = ½uᵀs + Σ(α²/4 − α) and (R/2)‖w‖² = uᵀs/(2m).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ndarray::Array2;
+use serde::{Deserialize, Serialize};
+
+use crate::data::{Dataset, Label, RowRef, Rows};
+use crate::learn::kernel::{dots_into, Kernel, KernelError, KernelExpansion, KernelRows};
+use crate::learn::projection::{k_for, project, ProjectionError, ProjectionWorkspace};
+
+/// Unchecked τ-FPL hyper-parameters; [`TfplParams::check`] makes [`TfplValidParams`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TfplParams {
+    /// τ used for ranking: k = ⌊τn⌋ + 1 (the paper's "2τ-FPL" passes 2τ here).
+    pub tau: f64,
+    /// R: the L2 regularisation weight, > 0.
+    pub reg: f64,
+    pub kernel: Kernel,
+    /// Stop when the duality gap is ≤ tol·max(1, |P|).
+    pub tol: f64,
+    pub max_iter: Option<u64>,
+    pub time_limit: Option<Duration>,
+    /// Largest Gram matrix (bytes) a non-linear kernel may build; beyond it the fit is refused.
+    pub max_gram_bytes: usize,
+}
+
+impl TfplParams {
+    /// Parameters with the defaults: linear kernel, tol 1e-6, Gram budget 1 GiB.
+    pub fn new(tau: f64, reg: f64) -> Self {
+        TfplParams {
+            tau,
+            reg,
+            kernel: Kernel::Linear,
+            tol: 1e-6,
+            max_iter: None,
+            time_limit: None,
+            max_gram_bytes: 1 << 30,
+        }
+    }
+
+    pub fn check(self) -> Result<TfplValidParams, TfplError> {
+        if !(self.tau >= 0.0 && self.tau < 1.0) {
+            return Err(TfplError::Param(format!(
+                "tau must be in [0, 1), got {}",
+                self.tau
+            )));
+        }
+        if !(self.reg.is_finite() && self.reg > 0.0) {
+            return Err(TfplError::Param(format!(
+                "reg must be finite and > 0, got {}",
+                self.reg
+            )));
+        }
+        if !(self.tol.is_finite() && self.tol > 0.0) {
+            return Err(TfplError::Param(format!(
+                "tol must be finite and > 0, got {}",
+                self.tol
+            )));
+        }
+        self.kernel.check()?;
+        Ok(TfplValidParams(self))
+    }
+}
+
+/// Checked τ-FPL hyper-parameters; the only way to fit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TfplValidParams(TfplParams);
+
+impl std::ops::Deref for TfplValidParams {
+    type Target = TfplParams;
+    fn deref(&self) -> &TfplParams {
+        &self.0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TfplError {
+    #[error("invalid tau-FPL parameter: {0}")]
+    Param(String),
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    #[error("tau-FPL needs at least one positive (label 1); the data has none")]
+    NoPositives,
+    #[error("tau-FPL needs at least one negative (label -1); the data has none")]
+    NoNegatives,
+    #[error("sample {id:?} has a non-finite feature value")]
+    NonFinite { id: String },
+    #[error(
+        "the kernel Gram matrix of {samples} samples needs {needed} bytes, over the budget of \
+         {budget} bytes; use the linear kernel or fewer samples"
+    )]
+    GramTooLarge {
+        samples: usize,
+        needed: usize,
+        budget: usize,
+    },
+    #[error(transparent)]
+    Projection(#[from] ProjectionError),
+    #[error("cannot warm-start: {0}")]
+    WarmStart(String),
+}
+
+/// The outcome of a fit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TfplReport {
+    pub iterations: u64,
+    pub restarts: u64,
+    /// Times the step 1/L was halved because the sufficient-decrease test failed.
+    pub backtracks: u64,
+    /// P(w) of primal (6).
+    pub primal_objective: f64,
+    /// −g(α, β)/m, a lower bound of P(w*).
+    pub dual_objective: f64,
+    /// (P − D)/max(1, |P|) at the end; ≤ tol when converged.
+    pub relative_gap: f64,
+    pub k: usize,
+    pub projection_visits: u64,
+    pub converged: bool,
+    pub cancelled: bool,
+    pub warm_start: bool,
+    pub train_seconds: f64,
+    pub n_positive: usize,
+    pub n_negative: usize,
+}
+
+/// Dual variables of one sample, for warm starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DualState {
+    pub id: String,
+    pub value: f64,
+}
+
+/// A fitted τ-FPL scorer f(x) = wᵀx (no bias) or its kernel expansion, with its dual solution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TfplModel {
+    pub expansion: KernelExpansion,
+    pub tau: f64,
+    pub reg: f64,
+    /// α per positive id, sorted by id.
+    pub alpha: Vec<DualState>,
+    /// β per negative id, sorted by id.
+    pub beta: Vec<DualState>,
+    pub report: TfplReport,
+}
+
+/// The linear map u ↦ s = scores of the training samples (note §1.4), with u = (α, −β).
+enum ScoreMap {
+    /// Z = [Xp; Xn]: s = Z (Zᵀu) / (mR).
+    Linear { z: Rows, scale: f64 },
+    /// s = K u / (mR).
+    Gram { k: Array2<f64>, scale: f64 },
+}
+
+impl ScoreMap {
+    fn apply(&self, u: &[f64], s: &mut [f64], v: &mut Vec<f64>) {
+        match self {
+            ScoreMap::Linear { z, scale } => {
+                transpose_times(z, u, v);
+                dots_into(z, RowRef::Dense(v), s);
+                s.iter_mut().for_each(|x| *x *= scale);
+            }
+            ScoreMap::Gram { k, scale } => {
+                let mut out = ndarray::ArrayViewMut1::from(s);
+                ndarray::linalg::general_mat_vec_mul(
+                    *scale,
+                    k,
+                    &ndarray::ArrayView1::from(u),
+                    0.0,
+                    &mut out,
+                );
+            }
+        }
+    }
+
+    /// λ_max of u ↦ s by power iteration (the map is symmetric positive semi-definite).
+    fn largest_eigenvalue(&self, len: usize) -> f64 {
+        let mut u: Vec<f64> = (0..len).map(|i| 1.0 + (i % 7) as f64 * 0.1).collect();
+        let mut s = vec![0.0; len];
+        let mut v = Vec::new();
+        let mut estimate = 0.0;
+        for _ in 0..100 {
+            let norm = u.iter().map(|x| x * x).sum::<f64>().sqrt();
+            if norm == 0.0 {
+                break;
+            }
+            u.iter_mut().for_each(|x| *x /= norm);
+            self.apply(&u, &mut s, &mut v);
+            let next: f64 = u.iter().zip(&s).map(|(a, b)| a * b).sum();
+            let done = (next - estimate).abs() <= 1e-6 * next.abs();
+            estimate = next;
+            std::mem::swap(&mut u, &mut s);
+            if done {
+                break;
+            }
+        }
+        estimate
+    }
+}
+
+/// v = Zᵀu (length n_features).
+fn transpose_times(z: &Rows, u: &[f64], v: &mut Vec<f64>) {
+    v.clear();
+    v.resize(z.n_features(), 0.0);
+    for (r, &c) in u.iter().enumerate() {
+        if c == 0.0 {
+            continue;
+        }
+        match z.row(r) {
+            RowRef::Dense(x) => v.iter_mut().zip(x).for_each(|(a, b)| *a += c * b),
+            RowRef::Sparse { indices, values } => {
+                for (&i, &x) in indices.iter().zip(values) {
+                    v[i as usize] += c * x;
+                }
+            }
+        }
+    }
+}
+
+/// The (1-based) mean of the k largest values, by selection (O(n)).
+fn top_k_mean(values: &[f64], k: usize, scratch: &mut Vec<f64>) -> f64 {
+    scratch.clear();
+    scratch.extend_from_slice(values);
+    let (top, kth, _) = scratch.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+    (top.iter().sum::<f64>() + *kth) / k as f64
+}
+
+/// Primal and dual objective at (α, β) with scores s of all samples (positives first).
+fn objectives(
+    alpha: &[f64],
+    beta: &[f64],
+    s: &[f64],
+    k: usize,
+    scratch: &mut Vec<f64>,
+) -> (f64, f64) {
+    let m = alpha.len();
+    let (sp, sn) = s.split_at(m);
+    let quad: f64 = alpha.iter().zip(sp).map(|(a, x)| a * x).sum::<f64>()
+        - beta.iter().zip(sn).map(|(b, x)| b * x).sum::<f64>();
+    let g = 0.5 * quad + alpha.iter().map(|a| a * a / 4.0 - a).sum::<f64>();
+    let top = top_k_mean(sn, k, scratch);
+    let loss: f64 = sp.iter().map(|x| (1.0 - (x - top)).max(0.0).powi(2)).sum();
+    let primal = loss / m as f64 + quad / (2.0 * m as f64);
+    (primal, -g / m as f64)
+}
+
+impl TfplValidParams {
+    pub fn fit(&self, data: &Dataset, cancel: &AtomicBool) -> Result<TfplModel, TfplError> {
+        self.fit_with(None, data, cancel)
+    }
+
+    /// Fits on the positives (label 1) against the negatives (label −1) of `data`; unlabeled
+    /// rows are ignored. With `previous`, (α, β) start from its values for the same ids (0 for
+    /// new ids), projected onto the new Γ_k.
+    pub fn fit_with(
+        &self,
+        previous: Option<&TfplModel>,
+        data: &Dataset,
+        cancel: &AtomicBool,
+    ) -> Result<TfplModel, TfplError> {
+        let start = Instant::now();
+        let p_idx = data.indices_of(Label::Positive);
+        let n_idx = data.indices_of(Label::Negative);
+        if p_idx.is_empty() {
+            return Err(TfplError::NoPositives);
+        }
+        if n_idx.is_empty() {
+            return Err(TfplError::NoNegatives);
+        }
+        if !data.rows.all_finite() {
+            let bad = (0..data.len())
+                .find(|&i| {
+                    let mut row = vec![0.0; data.rows.n_features()];
+                    data.rows.row(i).write_dense(&mut row);
+                    row.iter().any(|v| !v.is_finite())
+                })
+                .unwrap_or(0);
+            return Err(TfplError::NonFinite {
+                id: data.ids[bad].clone(),
+            });
+        }
+        let (m, n) = (p_idx.len(), n_idx.len());
+        let k = k_for(self.tau, n);
+        let order: Vec<usize> = p_idx.iter().chain(&n_idx).copied().collect();
+        let z = data.rows.select(&order);
+        let ids: Vec<&str> = order.iter().map(|&i| data.ids[i].as_str()).collect();
+        let scale = 1.0 / (m as f64 * self.reg);
+        let map = match self.kernel {
+            Kernel::Linear => ScoreMap::Linear { z, scale },
+            kernel => {
+                let len = m + n;
+                let needed = len.saturating_mul(len).saturating_mul(8);
+                if needed > self.max_gram_bytes {
+                    return Err(TfplError::GramTooLarge {
+                        samples: len,
+                        needed,
+                        budget: self.max_gram_bytes,
+                    });
+                }
+                let mut kr = KernelRows::new(kernel, &z, 0);
+                let mut gram = Array2::zeros((len, len));
+                let mut row = vec![0.0; len];
+                for i in 0..len {
+                    kr.cross_row(z.row(i), &mut row);
+                    gram.row_mut(i).assign(&ndarray::ArrayView1::from(&row[..]));
+                }
+                ScoreMap::Gram { k: gram, scale }
+            }
+        };
+
+        let mut ws = ProjectionWorkspace::default();
+        let mut x = vec![0.0; m + n];
+        if let Some(prev) = previous {
+            warm_values(prev, &ids, m, &mut x)?;
+            let (a0, b0) = x.split_at(m);
+            let (a0, b0) = (a0.to_vec(), b0.to_vec());
+            let (alpha, beta) = x.split_at_mut(m);
+            project(&a0, &b0, k, alpha, beta, &mut ws)?;
+        }
+        let mut solver = Fista::new(map, m, k, x);
+        let outcome = solver.run(self, cancel, start, &mut ws)?;
+
+        let Fista {
+            map, x, s, visits, ..
+        } = solver;
+        let (alpha, beta) = x.split_at(m);
+        let mut scratch = Vec::new();
+        let (primal, dual) = objectives(alpha, beta, &s, k, &mut scratch);
+        let expansion = match map {
+            ScoreMap::Linear { z, scale } => {
+                let mut signed = x.clone();
+                signed[m..].iter_mut().for_each(|b| *b = -*b);
+                let mut v = Vec::new();
+                transpose_times(&z, &signed, &mut v);
+                v.iter_mut().for_each(|x| *x *= scale);
+                let w = Rows::dense(
+                    Array2::from_shape_vec((1, v.len()), v).expect("one row of n_features"),
+                );
+                KernelExpansion::new(Kernel::Linear, w, vec![1.0], 0.0)
+            }
+            ScoreMap::Gram { scale, .. } => {
+                let support: Vec<usize> = (0..m + n).filter(|&i| x[i] > 0.0).collect();
+                let coef: Vec<f64> = support
+                    .iter()
+                    .map(|&i| if i < m { x[i] * scale } else { -x[i] * scale })
+                    .collect();
+                let rows: Vec<usize> = support.iter().map(|&i| order[i]).collect();
+                KernelExpansion::new(self.kernel, data.rows.select(&rows), coef, 0.0)
+            }
+        };
+        let sorted = |range: std::ops::Range<usize>| {
+            let mut v: Vec<DualState> = range
+                .map(|i| DualState {
+                    id: ids[i].to_owned(),
+                    value: x[i],
+                })
+                .collect();
+            v.sort_by(|a, b| a.id.cmp(&b.id));
+            v
+        };
+        Ok(TfplModel {
+            expansion,
+            tau: self.tau,
+            reg: self.reg,
+            alpha: sorted(0..m),
+            beta: sorted(m..m + n),
+            report: TfplReport {
+                iterations: outcome.iterations,
+                restarts: outcome.restarts,
+                backtracks: outcome.backtracks,
+                primal_objective: primal,
+                dual_objective: dual,
+                relative_gap: (primal - dual) / primal.abs().max(1.0),
+                k,
+                projection_visits: visits,
+                converged: matches!(outcome.stop, Stop::Converged),
+                cancelled: matches!(outcome.stop, Stop::Cancelled),
+                warm_start: previous.is_some(),
+                train_seconds: start.elapsed().as_secs_f64(),
+                n_positive: m,
+                n_negative: n,
+            },
+        })
+    }
+}
+
+/// Previous dual values for the current ids (0 for ids the previous model did not have).
+fn warm_values(prev: &TfplModel, ids: &[&str], m: usize, x: &mut [f64]) -> Result<(), TfplError> {
+    let lookup = |table: &[DualState], id: &str| {
+        table
+            .binary_search_by(|s| s.id.as_str().cmp(id))
+            .map_or(0.0, |i| table[i].value)
+    };
+    for (i, id) in ids.iter().enumerate() {
+        let value = if i < m {
+            lookup(&prev.alpha, id)
+        } else {
+            lookup(&prev.beta, id)
+        };
+        if !value.is_finite() || value < 0.0 {
+            return Err(TfplError::WarmStart(format!(
+                "the previous model holds an invalid dual value {value} for {id:?}"
+            )));
+        }
+        x[i] = value;
+    }
+    Ok(())
+}
+
+enum Stop {
+    Converged,
+    Limit,
+    Cancelled,
+}
+
+struct Outcome {
+    stop: Stop,
+    iterations: u64,
+    restarts: u64,
+    backtracks: u64,
+}
+
+/// FISTA state: the iterate x = (α, β) with its scores s, and the extrapolated point y.
+struct Fista {
+    map: ScoreMap,
+    m: usize,
+    k: usize,
+    lipschitz: f64,
+    x: Vec<f64>,
+    s: Vec<f64>,
+    visits: u64,
+}
+
+impl Fista {
+    fn new(map: ScoreMap, m: usize, k: usize, x: Vec<f64>) -> Fista {
+        let len = x.len();
+        // Hessian of g = DKD/(mR) + diag(½I_m, 0) (note §1.3).
+        let lipschitz = map.largest_eigenvalue(len) + 0.5;
+        let mut fista = Fista {
+            map,
+            m,
+            k,
+            lipschitz,
+            x,
+            s: vec![0.0; len],
+            visits: 0,
+        };
+        fista.s = fista.scores_of(&fista.x.clone());
+        fista
+    }
+
+    fn scores_of(&self, x: &[f64]) -> Vec<f64> {
+        let mut u = x.to_vec();
+        u[self.m..].iter_mut().for_each(|b| *b = -*b);
+        let mut s = vec![0.0; x.len()];
+        let mut v = Vec::new();
+        self.map.apply(&u, &mut s, &mut v);
+        s
+    }
+
+    /// g at a point with known scores.
+    fn g(&self, x: &[f64], s: &[f64]) -> f64 {
+        let (alpha, beta) = x.split_at(self.m);
+        let (sp, sn) = s.split_at(self.m);
+        0.5 * (alpha.iter().zip(sp).map(|(a, x)| a * x).sum::<f64>()
+            - beta.iter().zip(sn).map(|(b, x)| b * x).sum::<f64>())
+            + alpha.iter().map(|a| a * a / 4.0 - a).sum::<f64>()
+    }
+
+    fn run(
+        &mut self,
+        params: &TfplParams,
+        cancel: &AtomicBool,
+        start: Instant,
+        ws: &mut ProjectionWorkspace,
+    ) -> Result<Outcome, TfplError> {
+        let (m, len) = (self.m, self.x.len());
+        let mut y = self.x.clone();
+        let mut sy = self.s.clone();
+        let mut t = 1.0f64;
+        let mut scratch = Vec::new();
+        let (mut a0, mut b0) = (vec![0.0; m], vec![0.0; len - m]);
+        let mut next = vec![0.0; len];
+        let mut outcome = Outcome {
+            stop: Stop::Limit,
+            iterations: 0,
+            restarts: 0,
+            backtracks: 0,
+        };
+        loop {
+            if cancel.load(Ordering::Relaxed) {
+                outcome.stop = Stop::Cancelled;
+                return Ok(outcome);
+            }
+            let (alpha, beta) = self.x.split_at(m);
+            let (primal, dual) = objectives(alpha, beta, &self.s, self.k, &mut scratch);
+            if primal - dual <= params.tol * primal.abs().max(1.0) {
+                outcome.stop = Stop::Converged;
+                return Ok(outcome);
+            }
+            if params
+                .max_iter
+                .is_some_and(|limit| outcome.iterations >= limit)
+                || params
+                    .time_limit
+                    .is_some_and(|limit| start.elapsed() >= limit)
+            {
+                return Ok(outcome);
+            }
+            // Gradient at y: ∇_α = s⁺ + α/2 − 1, ∇_β = −s⁻.
+            let grad: Vec<f64> = (0..len)
+                .map(|i| {
+                    if i < m {
+                        sy[i] + y[i] / 2.0 - 1.0
+                    } else {
+                        -sy[i]
+                    }
+                })
+                .collect();
+            let gy = self.g(&y, &sy);
+            let snext = loop {
+                for i in 0..len {
+                    let target = y[i] - grad[i] / self.lipschitz;
+                    if i < m {
+                        a0[i] = target;
+                    } else {
+                        b0[i - m] = target;
+                    }
+                }
+                let (alpha, beta) = next.split_at_mut(m);
+                let stats = project(&a0, &b0, self.k, alpha, beta, ws)?;
+                self.visits += stats.visits;
+                let snext = self.scores_of(&next);
+                let step: Vec<f64> = next.iter().zip(&y).map(|(a, b)| a - b).collect();
+                let model = gy
+                    + grad.iter().zip(&step).map(|(g, d)| g * d).sum::<f64>()
+                    + 0.5 * self.lipschitz * step.iter().map(|d| d * d).sum::<f64>();
+                if self.g(&next, &snext) <= model + 1e-12 * model.abs().max(1.0) {
+                    break snext;
+                }
+                self.lipschitz *= 2.0;
+                outcome.backtracks += 1;
+            };
+            outcome.iterations += 1;
+            let t_next = 0.5 * (1.0 + (1.0 + 4.0 * t * t).sqrt());
+            // Restart when the momentum direction opposes the gradient step (O'Donoghue–Candès).
+            let restart = y
+                .iter()
+                .zip(&next)
+                .zip(&self.x)
+                .map(|((y, n), x)| (y - n) * (n - x))
+                .sum::<f64>()
+                > 0.0;
+            if restart {
+                outcome.restarts += 1;
+                t = 1.0;
+                y.copy_from_slice(&next);
+                sy.copy_from_slice(&snext);
+            } else {
+                let theta = (t - 1.0) / t_next;
+                for i in 0..len {
+                    y[i] = next[i] + theta * (next[i] - self.x[i]);
+                    sy[i] = snext[i] + theta * (snext[i] - self.s[i]);
+                }
+                t = t_next;
+            }
+            // Round-off can push y slightly outside the cone; that is harmless because every
+            // accepted iterate is a projection.
+            self.x.copy_from_slice(&next);
+            self.s = snext;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::CsrMatrix;
+
+    fn synthetic(seed: u64, m: usize, n: usize, d: usize) -> Dataset {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        let rows = Array2::from_shape_fn((m + n, d), |(i, j)| {
+            let v = next();
+            // Sparse-ish features: a third of the values are exact zeros.
+            if (i + j) % 3 == 0 {
+                0.0
+            } else {
+                v + if i < m { 0.4 } else { 0.0 }
+            }
+        });
+        Dataset {
+            rows: Rows::dense(rows),
+            labels: (0..m + n)
+                .map(|i| {
+                    if i < m {
+                        Label::Positive
+                    } else {
+                        Label::Negative
+                    }
+                })
+                .collect(),
+            ids: (0..m + n).map(|i| format!("e{i}")).collect(),
+        }
+    }
+
+    fn params(tau: f64, reg: f64) -> TfplValidParams {
+        let mut p = TfplParams::new(tau, reg);
+        p.tol = 1e-8;
+        p.check().unwrap()
+    }
+
+    fn scores(model: &TfplModel, data: &Dataset) -> Vec<f64> {
+        let mut out = vec![0.0; data.len()];
+        model.expansion.decision_batch(&data.rows, &mut out);
+        out
+    }
+
+    #[test]
+    fn warm_start_reaches_the_same_optimum_in_fewer_iterations() {
+        let data = synthetic(3, 200, 800, 6);
+        let prm = params(0.05, 0.01);
+        let cancel = AtomicBool::new(false);
+        let a: Vec<usize> = (0..180).chain(200..920).collect();
+        let b: Vec<usize> = (20..200).chain(280..1000).collect();
+        let first = prm.fit(&data.select(&a), &cancel).unwrap();
+        let window = data.select(&b);
+        let warm = prm.fit_with(Some(&first), &window, &cancel).unwrap();
+        let cold = prm.fit(&window, &cancel).unwrap();
+        assert!(warm.report.converged && cold.report.converged);
+        let rel = (warm.report.primal_objective - cold.report.primal_objective).abs()
+            / cold.report.primal_objective.abs();
+        assert!(rel <= 1e-6, "warm {:?} cold {:?}", warm.report, cold.report);
+        assert!(
+            warm.report.iterations < cold.report.iterations,
+            "warm {} cold {}",
+            warm.report.iterations,
+            cold.report.iterations
+        );
+    }
+
+    #[test]
+    fn sparse_rows_give_the_dense_model() {
+        let data = synthetic(5, 40, 120, 8);
+        let mut csr = CsrMatrix::new(8);
+        for i in 0..data.len() {
+            let mut dense = vec![0.0; 8];
+            data.rows.row(i).write_dense(&mut dense);
+            let (idx, val): (Vec<u32>, Vec<f64>) = dense
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| **v != 0.0)
+                .map(|(j, &v)| (j as u32, v))
+                .unzip();
+            csr.push_row(&idx, &val).unwrap();
+        }
+        let sparse = Dataset {
+            rows: Rows::Sparse(csr),
+            ..data.clone()
+        };
+        let prm = params(0.1, 0.1);
+        let cancel = AtomicBool::new(false);
+        let d = prm.fit(&data, &cancel).unwrap();
+        let s = prm.fit(&sparse, &cancel).unwrap();
+        assert_eq!(d.report.iterations, s.report.iterations);
+        for (a, b) in scores(&d, &data).iter().zip(&scores(&s, &sparse)) {
+            assert!((a - b).abs() <= 1e-12 * a.abs().max(1.0));
+        }
+    }
+
+    #[test]
+    fn linear_kernel_through_the_gram_form_matches_the_linear_scorer() {
+        let data = synthetic(8, 30, 90, 4);
+        let cancel = AtomicBool::new(false);
+        let linear = params(0.1, 0.1).fit(&data, &cancel).unwrap();
+        let mut p = TfplParams::new(0.1, 0.1);
+        p.tol = 1e-8;
+        p.kernel = Kernel::Poly {
+            degree: 1,
+            gamma: 1.0,
+            coef0: 0.0,
+        };
+        let gram = p.check().unwrap().fit(&data, &cancel).unwrap();
+        let rel = (linear.report.primal_objective - gram.report.primal_objective).abs()
+            / linear.report.primal_objective;
+        assert!(rel <= 1e-6);
+        for (a, b) in scores(&linear, &data).iter().zip(&scores(&gram, &data)) {
+            assert!((a - b).abs() <= 1e-4, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn errors_limits_and_cancel() {
+        let cancel = AtomicBool::new(false);
+        let mut data = synthetic(1, 5, 10, 3);
+        let prm = params(0.1, 0.1);
+        data.labels[..5].fill(Label::Unlabeled);
+        assert_eq!(prm.fit(&data, &cancel).unwrap_err(), TfplError::NoPositives);
+        let mut data = synthetic(1, 5, 10, 3);
+        data.labels[5..].fill(Label::Unlabeled);
+        assert_eq!(prm.fit(&data, &cancel).unwrap_err(), TfplError::NoNegatives);
+        let data = synthetic(1, 50, 100, 3);
+        let mut p = TfplParams::new(0.1, 0.1);
+        p.kernel = Kernel::Rbf { gamma: 1.0 };
+        p.max_gram_bytes = 1000;
+        assert!(matches!(
+            p.check().unwrap().fit(&data, &cancel),
+            Err(TfplError::GramTooLarge { samples: 150, .. })
+        ));
+        let mut p = TfplParams::new(0.1, 1e-4);
+        p.max_iter = Some(3);
+        let fit = p.check().unwrap().fit(&data, &cancel).unwrap();
+        assert_eq!(fit.report.iterations, 3);
+        assert!(!fit.report.converged);
+        assert!(fit.report.relative_gap >= 0.0);
+        let fit = params(0.1, 0.1).fit(&data, &AtomicBool::new(true)).unwrap();
+        assert!(fit.report.cancelled && fit.report.iterations == 0);
+        assert!(TfplParams::new(1.0, 0.1).check().is_err());
+        assert!(TfplParams::new(0.1, 0.0).check().is_err());
+    }
+}
