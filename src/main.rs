@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use clap::Parser;
 use neyman::cli::{
     self,
-    args::{Cli, Command, ModelCommand},
+    args::{BenchCommand, Cli, Command, ModelCommand},
 };
 
 fn main() -> ExitCode {
@@ -34,6 +34,9 @@ fn main() -> ExitCode {
         Command::Model {
             command: ModelCommand::Inspect { model },
         } => cli::inspect(model),
+        Command::Bench {
+            command: BenchCommand::Projection(a),
+        } => cli::bench::projection(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1428,3 +1428,37 @@ fn tfpl_oob_and_usmo_umbrella_and_refusals() {
         run.stderr
     );
 }
+
+#[test]
+fn bench_projection_reports_medians_and_linear_visits() {
+    for (n, fraction) in [("2000", "0.0001"), ("2000", "0.5"), ("3000", "1")] {
+        let r = neyman(&[
+            "bench",
+            "projection",
+            "--n",
+            n,
+            "--k-fraction",
+            fraction,
+            "--repeats",
+            "1",
+            "--report",
+            "json",
+        ])
+        .ok()
+        .json();
+        let n: u64 = n.parse().unwrap();
+        assert_eq!(u64_of(&r, "m"), n);
+        let k = u64_of(&r, "k");
+        assert!(k >= 1 && k <= n);
+        for key in ["dc_seconds", "sort_seconds", "stream_seconds"] {
+            assert!(f64_of(&r, key) >= 0.0, "{key}");
+        }
+        let visits = u64_of(&r, "visits");
+        assert!(
+            visits > 0 && visits <= 6 * 2 * n,
+            "visits {visits} for m = n = {n}"
+        );
+    }
+    neyman(&["bench", "projection", "--n", "0"]).code(2);
+    neyman(&["bench", "projection", "--n", "10", "--k-fraction", "2"]).code(2);
+}

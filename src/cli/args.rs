@@ -33,6 +33,34 @@ pub enum Command {
         #[command(subcommand)]
         command: ModelCommand,
     },
+    /// Speed measurements with a baseline from the same run.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// The Γ_k projection of τ-FPL: divide & conquer vs sort-and-sweep vs one plain pass.
+    Projection(BenchProjectionArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchProjectionArgs {
+    /// Negatives (length of β).
+    #[arg(long)]
+    pub n: usize,
+    /// Positives (length of α); default n.
+    #[arg(long)]
+    pub m: Option<usize>,
+    /// k = max(1, ⌊F·n⌋).
+    #[arg(long, default_value_t = 0.01)]
+    pub k_fraction: f64,
+    #[arg(long, default_value_t = 7)]
+    pub repeats: usize,
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
 }
 
 #[derive(Debug, Subcommand)]

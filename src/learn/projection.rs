@@ -17,19 +17,38 @@
 //! - ν(C) = μ + (1/k) Σ_j [b⁰_j − δ]₊, and in regime I simply ν = (S_k − C)/k.
 //!
 //! The projection is zero iff k·a_(1) + S_k ≤ 0 (Lemma 1), and otherwise λ ∈ (−b_(1), a_(1))
-//! (Lemma 2). [`project`] is the paper's Algorithm 2 as specified in note §2.6: bisection on λ
-//! in which every entry whose status (α: zero / active; β: zero / free / capped) is fixed over
-//! the current interval is folded into a compensated aggregate and never read again, so each
-//! pass reads only the shrinking caches of uncertain entries. [`project_sorted`] is the exact
-//! sort-and-sweep of note §2.4, kept as the reference.
+//! (Lemma 2). [`project_sorted`] is the exact sort-and-sweep of note §2.4, kept as the
+//! reference. [`project`] is the paper's Algorithm 2 as specified in note §2.6: a search on λ in
+//! which every entry whose status (α: zero / active; β: zero / free / capped) is fixed over the
+//! current interval is folded into a compensated aggregate and never read again, so each pass
+//! reads only the shrinking caches of uncertain entries, with the closed-form finish once both
+//! caches are empty. Where this implementation goes beyond the note (all to cut passes; the
+//! digest's §2.6 invariants are unchanged):
+//!
+//! - trial points are safeguarded Newton steps on f instead of midpoints (§2.5 mentions ibis's
+//!   secant steps), overshooting slightly so that the interval closes from both sides;
+//! - each pass partitions its cache at the trial point (α: a ≤ λ | a > λ; β: free at μ | not),
+//!   so the next cache is one side of it: no pass re-reads what the last step already ruled out;
+//! - the μ-solve evaluates G at up to `PIVOTS` trial points per pass, chosen from a random
+//!   sample (Floyd–Rivest style), and decides the entries for a sampled bracket of μ, undoing
+//!   the decisions in the rare case the bracket misses;
+//! - the first trial point comes from small samples, so that the validation passes over a⁰ and
+//!   b⁰ (the latter with the order statistics b_(k), b_(k+1), S_k) already evaluate it and
+//!   build the first caches;
+//! - the hot loops are branch-free where the branch would be a coin flip, and sum non-negative
+//!   terms plainly over blocks of `BLOCK` entries before adding each block to a compensated
+//!   (Neumaier) total.
+//!
+//! Inputs are assumed to be of a magnitude whose sums do not overflow (|x|·(m+n) < f64::MAX).
 
 /// Work counters of one projection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProjectionStats {
-    /// Element reads: every read of an entry of a⁰, b⁰ or of a cache (or sample) in a pass,
-    /// the validation, selection and output passes included.
+    /// Element reads: one per entry of a⁰, b⁰, a cache or a sample read in a pass, the
+    /// validation, selection and output passes included (a sort of s values counts
+    /// s·⌈log₂ s⌉, a quickselect pass its range).
     pub visits: u64,
-    /// Outer iterations: bisection steps of [`project`], sweep segments of [`project_sorted`].
+    /// Outer iterations: trial points of [`project`], sweep segments of [`project_sorted`].
     pub iterations: u32,
 }
 
@@ -121,6 +140,11 @@ impl Sum {
     }
 }
 
+/// Hot loops sum their terms (non-negative but for the k = n selection) plainly over blocks of
+/// this many entries and add each block's sum to a compensated total: one register per sum,
+/// and at most BLOCK·ε relative error per block.
+const BLOCK: usize = 64;
+
 /// n·x, and 0 for n = 0 even when x is infinite (an empty group at an unbounded end).
 fn scaled(n: usize, x: f64) -> f64 {
     if n == 0 {
@@ -203,12 +227,26 @@ fn non_finite(input: &'static str, v: &[f64]) -> ProjectionError {
 }
 
 /// Writes α = [a⁰ − λ]₊ and returns C = Σα of the written values (note §2.6 "Output": C is
-/// recomputed from the output so that the caps are exactly C/k).
+/// recomputed from the output so that the caps are exactly C/k), compensated entry by entry so
+/// that C is within an ulp or two of the exact sum.
 fn write_alpha(a0: &[f64], lambda: f64, alpha: &mut [f64]) -> f64 {
-    let mut c = Sum::default();
-    for (x, &a) in alpha.iter_mut().zip(a0) {
+    // four compensated lanes: one dependency chain per lane, not per entry
+    let mut lanes = [Sum::default(); 4];
+    let mut xs = alpha.chunks_exact_mut(4);
+    let mut a_s = a0.chunks_exact(4);
+    for (x4, a4) in (&mut xs).zip(&mut a_s) {
+        for ((x, &a), lane) in x4.iter_mut().zip(a4).zip(lanes.iter_mut()) {
+            *x = (a - lambda).max(0.0);
+            lane.add(*x);
+        }
+    }
+    for (x, &a) in xs.into_remainder().iter_mut().zip(a_s.remainder()) {
         *x = (a - lambda).max(0.0);
-        c.add(*x);
+        lanes[0].add(*x);
+    }
+    let mut c = lanes[0];
+    for lane in &lanes[1..] {
+        c.add_sum(*lane);
     }
     c.get()
 }
@@ -216,9 +254,13 @@ fn write_alpha(a0: &[f64], lambda: f64, alpha: &mut [f64]) -> f64 {
 /// Writes β = clip(b⁰ − μ, 0, u) and returns Σβ.
 fn write_beta(b0: &[f64], mu: f64, u: f64, beta: &mut [f64]) -> f64 {
     let mut s = Sum::default();
-    for (y, &b) in beta.iter_mut().zip(b0) {
-        *y = (b - mu).max(0.0).min(u);
-        s.add(*y);
+    for (ys, b_s) in beta.chunks_mut(BLOCK).zip(b0.chunks(BLOCK)) {
+        let mut part = 0.0;
+        for (y, &b) in ys.iter_mut().zip(b_s) {
+            *y = (b - mu).max(0.0).min(u);
+            part += *y;
+        }
+        s.add(part);
     }
     s.get()
 }
@@ -503,12 +545,16 @@ impl Selection {
         let (p_lo, p_hi) = if k == n || n < 64 {
             (f64::NEG_INFINITY, f64::INFINITY)
         } else {
-            sample_pivots(b0, k, sample, rng, visits)
+            sample_pivots(b0, k, 3.0, sample, rng, visits)
         };
+        Selection::new_with(p_lo, p_hi, k == n)
+    }
+
+    fn new_with(p_lo: f64, p_hi: f64, all: bool) -> Selection {
         Selection {
-            p_lo,
-            p_hi,
-            all: k == n,
+            p_lo: p_lo + 0.0,
+            p_hi: p_hi + 0.0,
+            all,
             above: 0,
             excess: Sum::default(),
             max: f64::NEG_INFINITY,
@@ -516,29 +562,37 @@ impl Selection {
         }
     }
 
+    /// One entry; `part` is the block's partial sum of `excess`.
     #[inline]
-    fn see(&mut self, b: f64, band: &mut Vec<f64>) {
+    fn see(&mut self, b: f64, band: &mut Vec<f64>, part: &mut f64) {
         self.finite &= b.is_finite();
-        self.max = self.max.max(b);
+        // a rarely taken branch, not f64::max: its NaN handling makes a long dependency chain
+        if b > self.max {
+            self.max = b;
+        }
         if self.all {
-            self.excess.add(b);
+            *part += b;
             return;
         }
-        let above = b > self.p_hi;
-        self.above += usize::from(above);
-        self.excess.add((b - self.p_hi).max(0.0));
-        if !above && b >= self.p_lo {
+        let b0 = b + 0.0;
+        let above = lt(self.p_hi, b0);
+        self.above += one(above);
+        *part += (b - self.p_hi).max(0.0);
+        // one branch, rarely taken
+        if !above & !lt(b0, self.p_lo) != 0 {
             band.push(b);
         }
     }
 
-    /// Quickselect inside the band; if the sampled pivots missed ranks k and k + 1 (rare),
-    /// over all of b⁰.
+    /// Quickselect inside the band. If the sampled pivots missed ranks k and k + 1 (rare), a
+    /// second pass with pivots three times as far apart, and if that misses too, over all of
+    /// b⁰.
     fn finish(
         mut self,
         b0: &[f64],
         k: usize,
         band: &mut Vec<f64>,
+        sample: &mut Vec<f64>,
         rng: &mut Rng,
         visits: &mut u64,
     ) -> TopK {
@@ -550,8 +604,17 @@ impl Selection {
                 c0: f64::INFINITY,
             };
         }
+        let hit = |sel: &Selection, band: &Vec<f64>| sel.above < k && k < sel.above + band.len();
+        if !hit(&self, band) {
+            let (p_lo, p_hi) = sample_pivots(b0, k, 9.0, sample, rng, visits);
+            let max = self.max;
+            self = Selection::new_with(p_lo, p_hi, false);
+            self.max = max;
+            *visits += b0.len() as u64;
+            b_pass(b0, &mut self, band);
+        }
         let mut s_k = Sum::default();
-        if self.above < k && k < self.above + band.len() {
+        if hit(&self, band) {
             s_k = self.excess;
             s_k.add(scaled(self.above, self.p_hi));
         } else {
@@ -571,10 +634,12 @@ impl Selection {
     }
 }
 
-/// Two values of a random sample of b⁰ that bracket rank k with high probability.
+/// Two values of a random sample of b⁰ that bracket rank k with high probability: the sample's
+/// values at ranks k·s/n ∓ (z standard deviations + 2), ±∞ where that leaves the sample.
 fn sample_pivots(
     b0: &[f64],
     k: usize,
+    z: f64,
     sample: &mut Vec<f64>,
     rng: &mut Rng,
     visits: &mut u64,
@@ -592,7 +657,7 @@ fn sample_pivots(
     }
     let q = k as f64 / n as f64;
     let centre = q * s as f64;
-    let spread = 3.0 * (s as f64 * q * (1.0 - q)).sqrt() + 2.0;
+    let spread = z * (s as f64 * q * (1.0 - q)).sqrt() + 2.0;
     let (upper, lower) = (centre - spread, centre + spread);
     let p_lo = if lower < (s - 1) as f64 {
         select_desc(sample, lower as usize, rng, visits).value
@@ -616,8 +681,12 @@ fn sample_pivots(
 /// The pass over b⁰ when no μ-solve rides along: finiteness and the selection.
 fn b_pass(b0: &[f64], sel: &mut Selection, band: &mut Vec<f64>) {
     band.clear();
-    for &b in b0 {
-        sel.see(b, band);
+    for block in b0.chunks(BLOCK) {
+        let mut part = 0.0;
+        for &b in block {
+            sel.see(b, band, &mut part);
+        }
+        sel.excess.add(part);
     }
 }
 
@@ -630,7 +699,7 @@ const MAX_ITERATIONS: u32 = 300;
 /// Passes of one μ-solve before it settles for the statuses at the window's midpoint.
 const MAX_ROUNDS: u32 = 200;
 /// Sampled pivots sit this many standard errors of the sampled G either side of its root.
-const Z: f64 = 2.5;
+const Z: f64 = 3.0;
 /// Newton steps overshoot by this fraction so that they land beyond λ* and close the interval
 /// from both sides; doubled while they fall short.
 const OVERSHOOT: f64 = 0.125;
@@ -841,15 +910,15 @@ fn plan_pass(
             return Plan::collapse(mid);
         }
         knots.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
-        let mut plan = Plan::collapse(mid);
+        let mut plan = Plan::new(&[], window);
         for (x, kn) in plan.t.iter_mut().zip(knots.iter()) {
             *x = kn.0;
         }
         plan.np = knots.len();
-        plan.decide = window;
         return plan;
     }
-    let s = ((len as f64).sqrt() as usize).max(PIVOTS).min(len);
+    let s = (1.5 * (len as f64 / (len as f64).log2()).powf(2.0 / 3.0)) as usize;
+    let s = s.max(PIVOTS).min(len);
     let omega = len as f64 / s as f64;
     sample.clear();
     let mut v_lo = Sum::default(); // Σ_sample clip(b − wlo, 0, u)
@@ -908,7 +977,11 @@ fn plan_pass(
     };
     let (a, b) = (i1.unwrap_or(0), i2.unwrap_or(last));
     let (a, b) = (a.min(b), a.max(b));
-    let mut plan = Plan::collapse(mid);
+    let decide = (
+        i1.map_or(wlo, |_| knots[a].0),
+        i2.map_or(whi, |_| knots[b].0),
+    );
+    let mut plan = Plan::new(&[], decide);
     plan.np = (b - a + 1).min(PIVOTS);
     for (i, x) in plan.t[..plan.np].iter_mut().enumerate() {
         let r = if plan.np == 1 {
@@ -918,27 +991,25 @@ fn plan_pass(
         };
         *x = knots[r].0;
     }
-    plan.decide = (
-        i1.map_or(wlo, |_| knots[a].0),
-        i2.map_or(whi, |_| knots[b].0),
-    );
     plan
 }
 
 /// How the first pass of a μ-solve treats the entries it decides.
 enum First<'a> {
     /// Write them to the partition buffer (free at the front, the others at the back) so that
-    /// U can become one side of it, and fold what the outer bounds fix into the state.
+    /// U can become one side of it; what the outer bounds fix is left out (and summed).
     Partition,
-    /// Only sum them (the caches stay as they are): for the last solve and while U is still
-    /// all of b⁰, where writing a copy costs more than reading b⁰ again.
+    /// Only sum them (the caches stay as they are): for the last solve, whose partition would
+    /// not be used.
     ReadOnly,
-    /// ReadOnly over b⁰, also checking finiteness and doing the selection's classification.
+    /// Partition over b⁰, also checking finiteness and doing the selection's classification.
     Select(&'a mut Selection, &'a mut Vec<f64>),
 }
 
 /// A μ-solve between its first pass and the rest.
 struct MuSearch {
+    /// C and u = C/k.
+    c: f64,
     u: f64,
     window: (f64, f64),
     plan: Plan,
@@ -963,79 +1034,185 @@ struct MuSolve {
     /// Capped and free counts at μ over all of b⁰ (for the slope of f).
     n_cap: usize,
     n_free: usize,
-    /// As in [`MuSearch`]: the fixed entries, the entries decided in this solve, and, when
-    /// partitioned, U split at μ into free entries [0, front) and the others [back, len)
-    /// (entries the outer bounds fixed leave a gap between).
+    /// As in [`MuSearch`]: the fixed entries, the entries decided in this solve, and (unless
+    /// the solve was `ReadOnly`) U split at μ into free entries [0, front) and the others
+    /// [back, len) (entries the outer bounds fixed leave a gap between).
     fixed: Folded,
     loc: Folded,
-    partitioned: bool,
     front: usize,
     back: usize,
     len: usize,
 }
 
-/// Local accumulators of one pass, so that the hot loops keep them in registers.
+/// Comparison masks (all ones when true) from the sign of a difference, for the hot loops'
+/// integer bookkeeping (counts, partition indices) without branches: their conditions are coin
+/// flips on typical data. (Float sums there use max/min forms instead: a masked float turns back
+/// into a branch.) The operands must not be −0.0 (normalise with `+ 0.0`) nor both infinite.
+#[inline(always)]
+fn lt(x: f64, y: f64) -> u64 {
+    ((x - y).to_bits() as i64 >> 63) as u64
+}
+
+#[inline(always)]
+fn one(m: u64) -> usize {
+    (m & 1) as usize
+}
+
+/// A block's counts and plain partial sums for [`Pass`].
+#[derive(Default)]
+struct Part {
+    n: [usize; 5],
+    s: [f64; 4],
+}
+
+/// No outer bounds: (mu_lo, mu_hi, d_lo, d_hi) that fix nothing.
+const UNBOUNDED: [f64; 4] = [
+    f64::NEG_INFINITY,
+    f64::INFINITY,
+    f64::NEG_INFINITY,
+    f64::INFINITY,
+];
+
+/// One pass of a μ-solve over β entries: what it fixes by the outer bounds (note §2.6 "prune U",
+/// in that order: zero, capped, free) and what it decides for the plan's window (lo, hi).
+/// Counts and select-free sums over the entries that are not left in W, kept in locals so that
+/// the hot loops stay in registers; with (L, L + Wd) = (mu_hi, d_lo) and δ-cap level d_hi:
+///
+/// - p[0] = Σ [b − d_hi]₊ (only the bound-capped entries contribute);
+/// - p[1] = Σ clip(b − L, 0, Wd) (bound-free entries give b − L, those ≥ d_lo give Wd);
+/// - p[2] = Σ [b − u − hi]₊ (capped entries, by bound or by decision);
+/// - p[3] = Σ clip(b − lo, 0, u) (capped give u, free b − lo, zero 0).
 struct Pass {
     u: f64,
-    decide: (f64, f64),
-    fixed: Folded,
-    loc: Folded,
+    lo: f64,
+    hi: f64,
+    /// (mu_lo, mu_hi, d_lo, d_hi), −0.0 normalised like lo and hi.
+    bounds: [f64; 4],
+    /// (L, Wd) as above, (0, 0) when no entry can be bound-free.
+    free_band: (f64, f64),
+    /// Bound-capped, bound-free, ≥ d_lo but not bound-free, decided capped, decided free.
+    n: [usize; 5],
+    p: [Sum; 4],
+    /// Σ_W clip(b − t, 0, u) at the trial points.
     sums: [Sum; PIVOTS],
 }
 
 impl Pass {
-    /// The outer prune (note §2.6 "prune U", in that order): true if the bounds fix b.
-    #[inline]
-    fn prune(&mut self, b: f64, st: &BetaState) -> bool {
-        if b <= st.mu_lo {
-            true
-        } else if b >= st.d_hi {
-            self.fixed.n_cap += 1;
-            self.fixed.s_cap.add(b);
-            true
-        } else if st.mu_hi <= b && b <= st.d_lo {
-            self.fixed.n_free += 1;
-            self.fixed.s_free.add(b);
-            true
+    fn new(u: f64, (lo, hi): (f64, f64), bounds: [f64; 4]) -> Pass {
+        let bounds = bounds.map(|x| x + 0.0);
+        let (mu_hi, d_lo) = (bounds[1], bounds[2]);
+        let free_band = if (d_lo - mu_hi).is_finite() && d_lo >= mu_hi {
+            (mu_hi, d_lo - mu_hi)
         } else {
-            false
+            (0.0, 0.0)
+        };
+        Pass {
+            u,
+            lo: lo + 0.0,
+            hi: hi + 0.0,
+            bounds,
+            free_band,
+            n: [0; 5],
+            p: [Sum::default(); 4],
+            sums: [Sum::default(); PIVOTS],
         }
     }
 
-    /// Decides b if its status is the same for every μ of the plan's decide window (δ = μ + u):
-    /// Some(free?) after folding it into `loc`, None if it has a breakpoint strictly inside
-    /// (written with b − u so that a trial point t = b − u decides its own entry exactly).
-    /// The zero/free choice is branch-free: on N(0,1)-like data it is a coin flip.
-    #[inline]
-    fn decide(&mut self, b: f64) -> Option<bool> {
-        let (lo, hi) = self.decide;
+    /// One entry: None if it has a breakpoint strictly inside the decide window (the caller
+    /// keeps it in W), else the increments of the partition buffer's front (decided free) and
+    /// back (decided zero or capped); entries the bounds fix are only counted. Written with
+    /// b − u so that a trial point t = b − u decides its own entry exactly.
+    #[inline(always)]
+    fn visit<const PRUNE: bool>(&mut self, b: f64, part: &mut Part) -> Option<(usize, usize)> {
+        let b = b + 0.0;
         let bu = b - self.u;
-        if b > lo && bu < hi && (b < hi || bu > lo) {
+        let (lo, hi) = (self.lo, self.hi);
+        // one branch, rarely taken (`&&` would branch on each coin-flip comparison)
+        if lt(lo, b) & lt(bu, hi) & (lt(b, hi) | lt(lo, bu)) != 0 {
             return None;
         }
-        let cap = bu >= hi;
-        let free = !cap && b > lo;
-        self.loc.n_cap += usize::from(cap);
-        self.loc.s_cap.add(pick(cap, b, 0.0));
-        self.loc.n_free += usize::from(free);
-        self.loc.s_free.add(pick(free, b, 0.0));
-        Some(free)
+        let keep = if PRUNE {
+            let [mu_lo, mu_hi, d_lo, d_hi] = self.bounds;
+            let zero = !lt(mu_lo, b);
+            let fcap = !lt(b, d_hi) & !zero;
+            let ffree = !lt(b, mu_hi) & !lt(d_lo, b) & !zero & !fcap;
+            let top = !lt(b, d_lo) & !ffree;
+            part.n[0] += one(fcap);
+            part.n[1] += one(ffree);
+            part.n[2] += one(top);
+            let (l, wd) = self.free_band;
+            part.s[0] += (b - d_hi).max(0.0);
+            part.s[1] += (b - l).max(0.0).min(wd);
+            !(zero | fcap | ffree)
+        } else {
+            u64::MAX
+        };
+        let cap = !lt(bu, hi) & keep;
+        let free = lt(lo, b) & keep & !cap;
+        part.n[3] += one(cap);
+        part.n[4] += one(free);
+        part.s[2] += (bu - hi).max(0.0);
+        part.s[3] += (b - lo).max(0.0).min(self.u);
+        Some((one(free), one(keep & !free)))
     }
-}
 
-/// Writes decided entries: free ones to the front of `dst`, the others (zero or capped) to its
-/// back, so that either group is one range whatever the sign of f turns out to be.
-#[inline]
-fn put(dst: &mut [f64], (front, back): (&mut usize, &mut usize), b: f64, free: bool) {
-    dst[*front] = b;
-    dst[*back - 1] = b;
-    *front += usize::from(free);
-    *back -= usize::from(!free);
+    fn flush(&mut self, part: &Part) {
+        for (s, &x) in self.p.iter_mut().zip(&part.s) {
+            s.add(x);
+        }
+        for (n, &x) in self.n.iter_mut().zip(&part.n) {
+            *n += x;
+        }
+    }
+
+    /// (what the bounds fixed, what the plan decided) as counts and plain sums.
+    fn folded(&self) -> (Folded, Folded) {
+        let [n_fcap, n_ffree, n_top, n_cap, n_free] = self.n;
+        let (u, lo, hi) = (self.u, self.lo, self.hi);
+        let (l, wd) = self.free_band;
+        let d_hi = self.bounds[3];
+        let [p0, p1, p2, p3] = self.p;
+        let s_fcap = sum_of(&[p0.hi, p0.lo, scaled(n_fcap, d_hi)]);
+        let s_ffree = sum_of(&[p1.hi, p1.lo, -scaled(n_top, wd), scaled(n_ffree, l)]);
+        // Σ_{decided capped} b = p2 − Σ_{bound-capped} (b − u − hi) + n_cap·(u + hi)
+        let s_cap = sum_of(&[
+            p2.hi,
+            p2.lo,
+            -s_fcap,
+            scaled(n_fcap, u),
+            scaled(n_fcap, hi),
+            scaled(n_cap, u),
+            scaled(n_cap, hi),
+        ]);
+        // Σ_{decided free} b = p3 − (all capped)·u − Σ_{bound-free} (b − lo) + n_free·lo
+        let s_free = sum_of(&[
+            p3.hi,
+            p3.lo,
+            -scaled(n_fcap + n_cap, u),
+            -s_ffree,
+            scaled(n_ffree, lo),
+            scaled(n_free, lo),
+        ]);
+        let fold = |n_cap, s_cap, n_free, s_free| Folded {
+            n_cap,
+            s_cap: Sum { hi: s_cap, lo: 0.0 },
+            n_free,
+            s_free: Sum {
+                hi: s_free,
+                lo: 0.0,
+            },
+        };
+        (
+            fold(n_fcap, s_fcap, n_ffree, s_ffree),
+            fold(n_cap, s_cap, n_free, s_free),
+        )
+    }
 }
 
 /// The first pass of a μ-solve over U (b⁰ while U is virgin): the outer prune, then the plan's
 /// decisions; the undecided entries go to W with their sums at the trial points. With
-/// `window` given (a narrower one than the bounds give) the plan decides for it, no guess.
+/// `window` given (narrower than the bounds give) the plan works in it; `guess` lets it decide
+/// for a sampled bracket of μ inside (else for the whole window).
 #[allow(clippy::too_many_arguments)]
 fn mu_start(
     b0: &[f64],
@@ -1047,12 +1224,10 @@ fn mu_start(
     visits: &mut u64,
     first: First,
     window: Option<(f64, f64)>,
+    guess: bool,
 ) -> MuSearch {
     let u = c / kf;
-    let (window, guess) = match window {
-        Some(w) => (w, false),
-        None => (st.window(u), true),
-    };
+    let window = window.unwrap_or_else(|| st.window(u));
     let ProjectionWorkspace {
         u: pair,
         w,
@@ -1067,48 +1242,69 @@ fn mu_start(
     );
     *visits += len as u64;
     w.clear();
-    let mut pass = Pass {
-        u,
-        decide: plan.decide,
-        fixed: st.fixed,
-        loc: Folded::default(),
-        sums: [Sum::default(); PIVOTS],
-    };
     let (mut front, mut back) = (0, len);
-    let partitioned = matches!(first, First::Partition);
+    let partitioned = !matches!(first, First::ReadOnly);
+    let bounds = [st.mu_lo, st.mu_hi, st.d_lo, st.d_hi];
+    let mut pass;
     match first {
         First::Partition => {
-            for &b in src {
-                if pass.prune(b, st) {
-                    continue;
+            pass = Pass::new(u, plan.decide, bounds);
+            for block in src.chunks(BLOCK) {
+                let mut part = Part::default();
+                for &b in block {
+                    match pass.visit::<true>(b, &mut part) {
+                        Some((f, k)) => {
+                            dst[front] = b;
+                            dst[back - 1] = b;
+                            front += f;
+                            back -= k;
+                        }
+                        None => {
+                            w.push(b);
+                            add_clips(&mut pass.sums, &plan, b, u);
+                        }
+                    }
                 }
-                match pass.decide(b) {
-                    Some(free) => put(dst, (&mut front, &mut back), b, free),
-                    None => {
+                pass.flush(&part);
+            }
+        }
+        First::ReadOnly => {
+            pass = Pass::new(u, plan.decide, bounds);
+            for block in src.chunks(BLOCK) {
+                let mut part = Part::default();
+                for &b in block {
+                    if pass.visit::<true>(b, &mut part).is_none() {
                         w.push(b);
                         add_clips(&mut pass.sums, &plan, b, u);
                     }
                 }
-            }
-        }
-        First::ReadOnly => {
-            for &b in src {
-                if !pass.prune(b, st) && pass.decide(b).is_none() {
-                    w.push(b);
-                    add_clips(&mut pass.sums, &plan, b, u);
-                }
+                pass.flush(&part);
             }
         }
         First::Select(sel, band) => {
             // the bounds are still trivial here, so there is nothing to prune
+            pass = Pass::new(u, plan.decide, UNBOUNDED);
             let mut se = *sel;
             band.clear();
-            for &b in src {
-                se.see(b, band);
-                if pass.decide(b).is_none() {
-                    w.push(b);
-                    add_clips(&mut pass.sums, &plan, b, u);
+            for block in src.chunks(BLOCK) {
+                let (mut part, mut excess) = (Part::default(), 0.0);
+                for &b in block {
+                    se.see(b, band, &mut excess);
+                    match pass.visit::<false>(b, &mut part) {
+                        Some((f, k)) => {
+                            dst[front] = b;
+                            dst[back - 1] = b;
+                            front += f;
+                            back -= k;
+                        }
+                        None => {
+                            w.push(b);
+                            add_clips(&mut pass.sums, &plan, b, u);
+                        }
+                    }
                 }
+                pass.flush(&part);
+                se.excess.add(excess);
             }
             *sel = se;
         }
@@ -1118,11 +1314,12 @@ fn mu_start(
         (front, back) = (0, dst.len());
     }
     MuSearch {
+        c,
         u,
         window,
         plan,
-        fixed: pass.fixed,
-        loc: pass.loc,
+        fixed: st.fixed.merged(pass.folded().0),
+        loc: pass.folded().1,
         sums: pass.sums,
         partitioned,
         front,
@@ -1159,17 +1356,11 @@ fn mu_finish(
     };
     let mut loc_mark = Folded::default();
     let mut first_pass = true;
+    let mut reruns = 0;
     let mut exact = None;
     let mut rounds = 1;
     loop {
         let agg = fixed.merged(loc);
-        if std::env::var("PDBG").is_ok() {
-            eprintln!(
-                "    mf window [{wlo},{whi}] plan {plan:?} agg {agg:?} W {:?} sums {:?}",
-                ws.w,
-                &sums[..plan.np]
-            );
-        }
         if plan.np > 0 {
             // G is non-increasing: μ lies between the last point with G > 0 and the first
             // with G < 0
@@ -1194,16 +1385,19 @@ fn mu_finish(
                 // the guess missed μ: undo its decisions
                 if first_pass && !search.partitioned {
                     // they were not written down: the first pass again, for the new window
+                    // (guessing again, but not forever)
+                    reruns += 1;
                     search = mu_start(
                         b0,
                         st,
                         ws,
-                        u * kf,
+                        search.c,
                         kf,
                         rng,
                         visits,
                         First::ReadOnly,
                         Some((wlo, whi)),
+                        reruns < 3,
                     );
                     plan = search.plan;
                     sums = search.sums;
@@ -1249,18 +1443,18 @@ fn mu_finish(
         let (pair, w) = (&mut ws.u, &mut ws.w);
         let dst = st.cache.split(b0, pair).1;
         *visits += w.len() as u64;
-        let mut pass = Pass {
-            u,
-            decide: plan.decide,
-            fixed,
-            loc,
-            sums: [Sum::default(); PIVOTS],
-        };
+        let mut pass = Pass::new(u, plan.decide, UNBOUNDED);
         let mut kept = 0;
+        let mut part = Part::default();
         for i in 0..w.len() {
             let b = w[i];
-            match pass.decide(b) {
-                Some(free) => put(dst, (&mut front, &mut back), b, free),
+            match pass.visit::<false>(b, &mut part) {
+                Some((f, k)) => {
+                    dst[front] = b;
+                    dst[back - 1] = b;
+                    front += f;
+                    back -= k;
+                }
                 None => {
                     w[kept] = b;
                     kept += 1;
@@ -1269,7 +1463,8 @@ fn mu_finish(
             }
         }
         w.truncate(kept);
-        loc = pass.loc;
+        pass.flush(&part);
+        loc = loc.merged(pass.folded().1);
         sums = pass.sums;
     }
     let agg = fixed.merged(loc);
@@ -1290,7 +1485,6 @@ fn mu_finish(
         n_free: agg.n_free,
         fixed,
         loc,
-        partitioned: search.partitioned,
         front,
         back,
         len: search.len,
@@ -1309,7 +1503,7 @@ fn solve_mu(
     visits: &mut u64,
     first: First,
 ) -> MuSolve {
-    let search = mu_start(b0, st, ws, c, kf, rng, visits, first, None);
+    let search = mu_start(b0, st, ws, c, kf, rng, visits, first, None, true);
     mu_finish(b0, st, ws, search, kf, rng, visits)
 }
 
@@ -1317,47 +1511,74 @@ fn solve_mu(
 struct AlphaPass {
     /// C(λ)
     c: f64,
-    /// Count and sum of the cached a⁰_i > λ (active at λ).
+    /// Count of the cached a⁰_i > λ (active at λ) and Σ of their excess a − λ (a max, not a
+    /// select, so no branch).
     n_up: usize,
-    s_up: Sum,
-    /// When partitioned: a ≤ λ in [0, front), a > λ in [back, len) (entries the pass folded or
-    /// dropped leave a gap between).
-    partitioned: bool,
+    excess: Sum,
+    /// The cache partitioned at λ: a ≤ λ in [0, front), a > λ in [back, len) (entries the pass
+    /// folded or dropped leave a gap between).
     front: usize,
     back: usize,
     len: usize,
 }
 
-/// The first pass over a⁰, read-only: finiteness, a_(1), and C(λ) = Σ_{a>λ} a − #{a > λ}·λ.
-fn alpha_scan(a0: &[f64], lambda: f64) -> Result<(AlphaPass, f64), ProjectionError> {
+impl AlphaPass {
+    /// Folds the entries a > λ into (p_a, s_a): they are active on the interval below λ.
+    fn fold_up(&self, lambda: f64, p_a: &mut usize, s_a: &mut Sum) {
+        *p_a += self.n_up;
+        s_a.add_sum(self.excess);
+        s_a.add(scaled(self.n_up, lambda));
+    }
+}
+
+/// The first pass over a⁰: finiteness, a_(1), C(λ) = Σ_i [a⁰_i − λ]₊, and a⁰ partitioned at λ
+/// into `dst` (branch-free, like [`alpha_pass`]).
+fn alpha_scan(
+    a0: &[f64],
+    lambda: f64,
+    dst: &mut [f64],
+) -> Result<(AlphaPass, f64), ProjectionError> {
+    let lambda = lambda + 0.0;
     let mut max = f64::NEG_INFINITY;
-    let (mut n_up, mut s_up, mut finite) = (0usize, Sum::default(), true);
-    for &a in a0 {
-        finite &= a.is_finite();
-        max = max.max(a);
-        let up = a > lambda;
-        n_up += usize::from(up);
-        s_up.add(pick(up, a, 0.0));
+    let (mut front, mut back) = (0, a0.len());
+    let (mut excess, mut finite) = (Sum::default(), true);
+    for block in a0.chunks(BLOCK) {
+        let mut part = 0.0;
+        for &a in block {
+            finite &= a.is_finite();
+            // a rarely taken branch, not f64::max: its NaN handling makes a long dependency chain
+            if a > max {
+                max = a;
+            }
+            let a = a + 0.0;
+            let up = lt(lambda, a);
+            dst[front] = a;
+            dst[back - 1] = a;
+            front += one(!up);
+            back -= one(up);
+            part += (a - lambda).max(0.0);
+        }
+        excess.add(part);
     }
     if !finite {
         return Err(non_finite("a0", a0));
     }
-    let c = sum_of(&[s_up.hi, s_up.lo, -(n_up as f64) * lambda]);
     let pass = AlphaPass {
-        c,
-        n_up,
-        s_up,
-        partitioned: false,
-        front: 0,
-        back: 0,
-        len: 0,
+        c: excess.get(),
+        n_up: a0.len() - back,
+        excess,
+        front,
+        back,
+        len: a0.len(),
     };
     Ok((pass, max))
 }
 
-/// One pass over the α-cache (a⁰ while it is virgin): folds a ≥ hi into (p_a, s_a), drops
-/// a ≤ lo (both rare once the cache exists), partitions the rest at λ (branch-free: a coin
-/// flip on typical data) and computes C(λ) = s_a + Σ_{a>λ} a − (p_a + #{a > λ})·λ.
+/// One pass over the α-cache (after the first pass): folds a ≥ hi into (p_a, s_a), drops
+/// a ≤ lo, partitions the rest at λ and computes C(λ) = s_a − p_a·λ + Σ [a − λ]₊, branch-free
+/// (right after a long step it folds or drops a large share, at random). Select-free sums:
+/// Σ [a − λ]₊ over the pass is C's new part, Σ [a − hi]₊ gives the folded sum, and
+/// Σ clip(a − λ, 0, hi − λ) gives the excess of the entries kept above λ.
 fn alpha_pass(
     src: &[f64],
     dst: &mut [f64],
@@ -1365,38 +1586,41 @@ fn alpha_pass(
     lambda: f64,
     (p_a, s_a): (&mut usize, &mut Sum),
 ) -> AlphaPass {
+    let (lo, hi, lambda) = (lo + 0.0, hi + 0.0, lambda + 0.0);
     let (mut front, mut back) = (0, src.len());
-    let (mut pa, mut sa) = (*p_a, *s_a);
-    let mut s_up = Sum::default();
-    for &a in src {
-        if a >= hi || a <= lo {
-            if a >= hi {
-                pa += 1;
-                sa.add(a);
-            }
-            continue;
+    let mut n_fold = 0;
+    let mut sums = [Sum::default(); 3];
+    for block in src.chunks(BLOCK) {
+        let mut part = [0.0; 3];
+        for &a in block {
+            let a = a + 0.0;
+            let fold = !lt(a, hi);
+            let keep = lt(lo, a) & !fold;
+            let up = lt(lambda, a) & keep;
+            dst[front] = a;
+            dst[back - 1] = a;
+            front += one(keep & !up);
+            back -= one(up);
+            n_fold += one(fold);
+            part[0] += (a - lambda).max(0.0);
+            part[1] += (a - hi).max(0.0);
+            part[2] += (a - lambda).max(0.0).min(hi - lambda);
         }
-        let up = a > lambda;
-        dst[front] = a;
-        dst[back - 1] = a;
-        front += usize::from(!up);
-        back -= usize::from(up);
-        s_up.add(pick(up, a, 0.0));
+        for (s, x) in sums.iter_mut().zip(part) {
+            s.add(x);
+        }
     }
-    (*p_a, *s_a) = (pa, sa);
-    let n_up = src.len() - back;
-    let c = sum_of(&[
-        sa.hi,
-        sa.lo,
-        s_up.hi,
-        s_up.lo,
-        -((pa + n_up) as f64) * lambda,
-    ]);
+    let [new_c, over_hi, clipped] = sums;
+    let c = sum_of(&[s_a.hi, s_a.lo, -scaled(*p_a, lambda), new_c.hi, new_c.lo]);
+    *p_a += n_fold;
+    s_a.add_sum(over_hi);
+    s_a.add(scaled(n_fold, hi));
+    let mut excess = clipped;
+    excess.add(-scaled(n_fold, hi - lambda));
     AlphaPass {
         c,
-        n_up,
-        s_up,
-        partitioned: true,
+        n_up: src.len() - back,
+        excess,
         front,
         back,
         len: src.len(),
@@ -1405,19 +1629,12 @@ fn alpha_pass(
 
 /// Production path: Algorithm 2 (bisection + divide & conquer), expected linear time.
 ///
-/// Searches λ over (−b_(1), a_(1)) (Lemma 2). Each step computes C(λ) from the α-cache, then
-/// ν(C) — by the closed form (S_k − C)/k in regime I, else by a μ-solve on the β-cache — and
-/// keeps the side where f(λ) = kλ + kν changes sign. The intervals for C, μ and δ implied by the
-/// λ-interval fold entries out of the caches; every pass also partitions its cache at the trial
-/// point, so the next cache is one side of it and nothing is read twice for the same interval.
-/// The first trial point comes from small samples, so that the validation passes over a⁰ and
-/// b⁰ (with the order statistics of b⁰) already evaluate it; they only read, and the second
-/// step builds the caches from the inputs. Later trial points are Newton steps on f (slope
-/// from the active, capped and free counts) that overshoot slightly, so the interval closes
-/// from both sides; a step that leaves the interval, or two steps that do not halve it, fall
-/// back to the midpoint. Once both caches are empty f is linear on the interval and λ*
-/// follows in closed form (the exact finish). The output is always exactly feasible:
-/// α = [a⁰ − λ*]₊, C = Σα, β = clip(b⁰ − μ(C), 0, C/k).
+/// See the module documentation: Newton-safeguarded search on λ over (−b_(1), a_(1)) with
+/// shrinking caches and the closed-form finish. Each step computes C(λ) from the α-cache, then
+/// ν(C) — (S_k − C)/k in regime I, else by a μ-solve on the β-cache — and keeps the side where
+/// f(λ) = kλ + kν changes sign. The output is always exactly feasible: α = [a⁰ − λ*]₊,
+/// C = Σα, β = clip(b⁰ − μ(C), 0, C/k). Errors on empty inputs, k ∉ 1..=n, non-finite
+/// entries or output lengths that do not match; the workspace is only grown, never shrunk.
 pub fn project(
     a0: &[f64],
     b0: &[f64],
@@ -1455,16 +1672,8 @@ pub fn project(
     } else {
         0.0
     };
-    let t0 = std::time::Instant::now();
-    let pt = std::env::var("PTIME").is_ok();
     let mut sel = Selection::new(b0, k, &mut ws.sample, &mut rng, &mut stats.visits);
-    if pt {
-        eprintln!("sel pivots {:?}", t0.elapsed());
-    }
-    let (ap1, a_max) = alpha_scan(a0, lambda1)?;
-    if pt {
-        eprintln!("a scan {:?}", t0.elapsed());
-    }
+    let (ap1, a_max) = alpha_scan(a0, lambda1, &mut ws.a[0])?;
     stats.visits += m as u64;
     let mut bst = BetaState::new();
     let search1 = if k < n && ap1.c > 0.0 {
@@ -1479,6 +1688,7 @@ pub fn project(
             &mut stats.visits,
             First::Select(&mut sel, &mut band),
             None,
+            true,
         );
         ws.band = band;
         Some(search)
@@ -1490,13 +1700,14 @@ pub fn project(
     if !sel.finite {
         return Err(non_finite("b0", b0));
     }
-    if pt {
-        eprintln!("b pass {:?}", t0.elapsed());
-    }
-    let top = sel.finish(b0, k, &mut ws.band, &mut rng, &mut stats.visits);
-    if pt {
-        eprintln!("sel finish {:?}", t0.elapsed());
-    }
+    let top = sel.finish(
+        b0,
+        k,
+        &mut ws.band,
+        &mut ws.sample,
+        &mut rng,
+        &mut stats.visits,
+    );
 
     // Lemma 1
     if kf * a_max + top.s_k <= 0.0 {
@@ -1547,7 +1758,13 @@ pub fn project(
             }
         };
         if !(lo < lambda && lambda < hi) {
-            // only the sampled λ₁ can fall outside (−b_(1), a_(1)): nothing learned
+            // only the sampled λ₁ can fall outside (−b_(1), a_(1)): nothing learned but the
+            // side of A that matters
+            if lambda >= hi {
+                acache.keep(0, ap.front);
+            } else {
+                acache.keep(ap.back, ap.len);
+            }
             continue;
         }
         let c = ap.c;
@@ -1580,18 +1797,6 @@ pub fn project(
             (r.mu, r.nu, slope, Some(r))
         };
         let f = lambda + nu;
-        if pt {
-            eprintln!("iteration {:?}", t0.elapsed());
-        }
-        if std::env::var("PDBG").is_ok() {
-            eprintln!(
-                "it {} lam {lambda:.6e} [{lo:.6e},{hi:.6e}] f {f:.3e} c {c:.4e} A {} U {} visits {}",
-                stats.iterations,
-                acache.len(m),
-                bst.cache.len(n),
-                stats.visits
-            );
-        }
         if f == 0.0 {
             break lambda;
         }
@@ -1601,11 +1806,7 @@ pub fn project(
         if up {
             hi = lambda;
             c_lo = c;
-            if ap.partitioned {
-                // (else a⁰ is read again, and these fold then)
-                p_a += ap.n_up;
-                s_a.add_sum(ap.s_up);
-            }
+            ap.fold_up(lambda, &mut p_a, &mut s_a);
             bst.mu_hi = mu;
             bst.d_lo = mu + u;
         } else {
@@ -1614,14 +1815,12 @@ pub fn project(
             bst.mu_lo = mu;
             bst.d_hi = mu + u;
         }
-        if ap.partitioned {
-            if up {
-                acache.keep(0, ap.front);
-            } else {
-                acache.keep(ap.back, ap.len);
-            }
+        if up {
+            acache.keep(0, ap.front);
+        } else {
+            acache.keep(ap.back, ap.len);
         }
-        if let Some(r) = solve.filter(|r| r.partitioned) {
+        if let Some(r) = solve {
             bst.fixed = r.fixed;
             if up {
                 bst.fixed.n_free += r.loc.n_free;
@@ -1634,12 +1833,6 @@ pub fn project(
             }
         }
 
-        if std::env::var("PDBG").is_ok() {
-            eprintln!(
-                "   fixed {:?} U {:?} pa {p_a} sa {:?} bounds {} {} {} {}",
-                bst.fixed, bst.cache, s_a, bst.mu_lo, bst.mu_hi, bst.d_lo, bst.d_hi
-            );
-        }
         if acache.is_empty() {
             // exact finish, regime I on the whole interval: kλ + S_k − (s_a − p_a·λ) = 0
             if k == n || c_hi <= c0 {
@@ -1683,14 +1876,8 @@ pub fn project(
         next = lambda - (1.0 + overshoot) * f / (1.0 + p * slope);
     };
 
-    if pt {
-        eprintln!("loop done {:?}", t0.elapsed());
-    }
     let c = write_alpha(a0, lambda_star, alpha);
     stats.visits += m as u64;
-    if pt {
-        eprintln!("alpha out {:?}", t0.elapsed());
-    }
     let u = c / kf;
     if k == n {
         beta.fill(u);
@@ -1711,13 +1898,7 @@ pub fn project(
             First::ReadOnly,
         )
         .mu;
-        if pt {
-            eprintln!("final mu {:?}", t0.elapsed());
-        }
         let s = write_beta(b0, mu, u, beta);
-        if pt {
-            eprintln!("beta out {:?}", t0.elapsed());
-        }
         // Safety net: if round-off put C outside the interval the caches were built for and
         // the sums disagree, solve (11) again from scratch.
         if (s - c).abs() > 1e-9 * c + 8.0 * f64::EPSILON * n as f64 * (mu.abs() + u) {
@@ -1740,4 +1921,424 @@ pub fn project(
         }
     }
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rand::{Rng as _, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    type Pair = (Vec<f64>, Vec<f64>);
+
+    fn run_dc(a0: &[f64], b0: &[f64], k: usize, ws: &mut ProjectionWorkspace) -> (Pair, u64) {
+        let (mut alpha, mut beta) = (vec![f64::NAN; a0.len()], vec![f64::NAN; b0.len()]);
+        let stats = project(a0, b0, k, &mut alpha, &mut beta, ws).expect("valid input");
+        ((alpha, beta), stats.visits)
+    }
+
+    fn run_sorted(a0: &[f64], b0: &[f64], k: usize) -> Pair {
+        let (mut alpha, mut beta) = (vec![f64::NAN; a0.len()], vec![f64::NAN; b0.len()]);
+        project_sorted(a0, b0, k, &mut alpha, &mut beta).expect("valid input");
+        (alpha, beta)
+    }
+
+    fn scale_of(a0: &[f64], b0: &[f64]) -> f64 {
+        a0.iter().chain(b0).fold(1.0, |s, x| s.max(x.abs()))
+    }
+
+    fn max_diff(x: &Pair, y: &Pair) -> f64 {
+        x.0.iter()
+            .zip(&y.0)
+            .chain(x.1.iter().zip(&y.1))
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0, f64::max)
+    }
+
+    /// Feasibility by construction: α ≥ 0, 0 ≤ β ≤ C/k with C = Σα, Σβ = C up to rounding.
+    fn assert_feasible((alpha, beta): &Pair, k: usize, scale: f64) -> Result<(), TestCaseError> {
+        let c = sum_of(alpha);
+        let u = c / k as f64;
+        prop_assert!(alpha.iter().all(|&x| x >= 0.0), "α < 0: {alpha:?}");
+        for &y in beta {
+            prop_assert!(
+                y >= 0.0 && y <= u * (1.0 + 4.0 * f64::EPSILON),
+                "β = {y}, C/k = {u}"
+            );
+            // (β ≤ C/k holds to the rounding of Σα: a few ulps)
+        }
+        let s = sum_of(beta);
+        let tol = 1e-12 * scale * (alpha.len() + beta.len()) as f64;
+        prop_assert!((s - c).abs() <= tol, "Σβ = {s} vs Σα = {c}");
+        Ok(())
+    }
+
+    /// Both paths, agreement to 1e-12 of max(1, max|input|), feasibility and Theorem 3's KKT.
+    fn check(a0: &[f64], b0: &[f64], k: usize) -> Result<(), TestCaseError> {
+        let mut ws = ProjectionWorkspace::default();
+        let (dc, _) = run_dc(a0, b0, k, &mut ws);
+        let sorted = run_sorted(a0, b0, k);
+        let scale = scale_of(a0, b0);
+        let d = max_diff(&dc, &sorted) / scale;
+        prop_assert!(
+            d <= 1e-12,
+            "dc vs sorted: {d:e}\ndc {dc:?}\nsorted {sorted:?}"
+        );
+        assert_feasible(&dc, k, scale)?;
+        assert_feasible(&sorted, k, scale)?;
+        check_kkt(a0, b0, k, &dc)
+    }
+
+    /// Theorem 3: recovers C, λ, μ from the output and checks (10)–(12) and the form of
+    /// α and β, to 1e-9 of the input scale.
+    fn check_kkt(
+        a0: &[f64],
+        b0: &[f64],
+        k: usize,
+        (alpha, beta): &Pair,
+    ) -> Result<(), TestCaseError> {
+        let kf = k as f64;
+        let tol = 1e-9 * scale_of(a0, b0);
+        let c = sum_of(alpha);
+        let u = c / kf;
+        if c <= tol {
+            // zero solution: Lemma 1
+            let mut b = b0.to_vec();
+            b.sort_by(|x, y| y.total_cmp(x));
+            let a1 = a0.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            prop_assert!(
+                kf * a1 + sum_of(&b[..k]) <= tol * kf,
+                "C = 0 but Lemma 1 fails"
+            );
+            prop_assert!(beta.iter().all(|&y| y <= tol));
+            return Ok(());
+        }
+        // λ from any active α (10): α = [a⁰ − λ]₊
+        let i = (0..alpha.len())
+            .max_by(|&i, &j| alpha[i].total_cmp(&alpha[j]))
+            .unwrap_or(0);
+        let lambda = a0[i] - alpha[i];
+        for (&x, &a) in alpha.iter().zip(a0) {
+            prop_assert!(
+                (x - (a - lambda).max(0.0)).abs() <= tol,
+                "α = {x} vs [{a} − λ]₊"
+            );
+        }
+        // μ from a free β, else (regime I) any value between the zero and the capped entries
+        let free = (0..beta.len()).find(|&j| beta[j] > tol && beta[j] < u - tol);
+        let mu = match free {
+            Some(j) => b0[j] - beta[j],
+            None => {
+                let top_zero = (0..beta.len())
+                    .filter(|&j| beta[j] <= tol)
+                    .map(|j| b0[j])
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let low_cap = (0..beta.len())
+                    .filter(|&j| beta[j] >= u - tol)
+                    .map(|j| b0[j] - u)
+                    .fold(f64::INFINITY, f64::min);
+                prop_assert!(top_zero <= low_cap + tol, "no μ: {top_zero} > {low_cap}");
+                if top_zero.is_finite() {
+                    top_zero
+                } else {
+                    low_cap
+                }
+            }
+        };
+        // (11) and the form of β
+        for (&y, &b) in beta.iter().zip(b0) {
+            prop_assert!(
+                (y - (b - mu).max(0.0).min(u)).abs() <= tol,
+                "β = {y} vs clip({b} − μ)"
+            );
+        }
+        // (12): 0 = λ + μ + (1/k) Σ [b⁰ − μ − C/k]₊
+        let over: f64 = b0.iter().map(|&b| (b - mu - u).max(0.0)).sum();
+        let r12 = lambda + mu + over / kf;
+        prop_assert!(r12.abs() <= tol, "(12) residual {r12:e}");
+        Ok(())
+    }
+
+    fn vectors(range: std::ops::Range<f64>, len: usize) -> impl Strategy<Value = Vec<f64>> {
+        prop::collection::vec(range, 1..len)
+    }
+
+    fn k_of(frac: f64, n: usize) -> usize {
+        ((frac * n as f64) as usize).clamp(1, n)
+    }
+
+    proptest! {
+        #[test]
+        fn agrees_with_sort_on_random_inputs(
+            a0 in vectors(-3.0..3.0, 60), b0 in vectors(-3.0..3.0, 60), frac in 0.0..1.0f64,
+        ) {
+            check(&a0, &b0, k_of(frac, b0.len()))?;
+        }
+
+        #[test]
+        fn agrees_with_sort_on_heavy_ties(
+            a0 in prop::collection::vec(-2i32..3, 1..60), b0 in prop::collection::vec(-2i32..3, 1..60),
+            frac in 0.0..1.0f64,
+        ) {
+            let a0: Vec<f64> = a0.into_iter().map(f64::from).collect();
+            let b0: Vec<f64> = b0.into_iter().map(|x| f64::from(x) * 0.5).collect();
+            check(&a0, &b0, k_of(frac, b0.len()))?;
+        }
+
+        #[test]
+        fn agrees_with_sort_with_half_zeros(
+            a0 in prop::collection::vec(prop_oneof![Just(0.0), -2.0..2.0f64], 1..60),
+            b0 in prop::collection::vec(prop_oneof![Just(0.0), -2.0..2.0f64], 1..60),
+            frac in 0.0..1.0f64,
+        ) {
+            check(&a0, &b0, k_of(frac, b0.len()))?;
+        }
+
+        #[test]
+        fn all_negative_projects_to_zero(
+            a0 in vectors(-3.0..0.0, 40), b0 in vectors(-3.0..0.0, 40), frac in 0.0..1.0f64,
+        ) {
+            let k = k_of(frac, b0.len());
+            let mut ws = ProjectionWorkspace::default();
+            let ((alpha, beta), _) = run_dc(&a0, &b0, k, &mut ws);
+            prop_assert!(alpha.iter().chain(&beta).all(|&x| x == 0.0));
+            check(&a0, &b0, k)?;
+        }
+
+        #[test]
+        fn agrees_at_the_edges(
+            a0 in vectors(-3.0..3.0, 30), b0 in vectors(-3.0..3.0, 30),
+            single_a in any::<bool>(), single_b in any::<bool>(), k_is_n in any::<bool>(),
+        ) {
+            // m = 1, n = 1, k = 1, k = n
+            let a0 = if single_a { a0[..1].to_vec() } else { a0 };
+            let b0 = if single_b { b0[..1].to_vec() } else { b0 };
+            check(&a0, &b0, if k_is_n { b0.len() } else { 1 })?;
+        }
+
+        #[test]
+        fn agrees_on_scaled_inputs(
+            a0 in vectors(-3.0..3.0, 40), b0 in vectors(-3.0..3.0, 40), frac in 0.0..1.0f64,
+            up in any::<bool>(),
+        ) {
+            let s = if up { 1e3 } else { 1e-3 };
+            let a0: Vec<f64> = a0.iter().map(|x| x * s).collect();
+            let b0: Vec<f64> = b0.iter().map(|x| x * s).collect();
+            check(&a0, &b0, k_of(frac, b0.len()))?;
+        }
+
+        #[test]
+        fn agrees_with_k_equal_top_values(
+            a0 in vectors(-3.0..3.0, 40), rest in vectors(-3.0..1.0, 40), top in 1.0..3.0f64,
+            k in 1usize..10, extra in 0usize..3,
+        ) {
+            // the k largest b⁰ are equal (C₀ = 0 when the tie runs past rank k)
+            let mut b0 = vec![top; k + extra];
+            b0.extend(rest);
+            check(&a0, &b0, k)?;
+        }
+
+        #[test]
+        fn is_positively_homogeneous(
+            a0 in vectors(-3.0..3.0, 40), b0 in vectors(-3.0..3.0, 40), frac in 0.0..1.0f64,
+            s in prop_oneof![0.001..0.1f64, 0.5..2.0f64, 10.0..1000.0f64],
+        ) {
+            // Γ_k is a cone: Π(s·x) = s·Π(x)
+            let k = k_of(frac, b0.len());
+            let mut ws = ProjectionWorkspace::default();
+            let (x, _) = run_dc(&a0, &b0, k, &mut ws);
+            let sa: Vec<f64> = a0.iter().map(|v| v * s).collect();
+            let sb: Vec<f64> = b0.iter().map(|v| v * s).collect();
+            let (y, _) = run_dc(&sa, &sb, k, &mut ws);
+            let scaled: Pair = (x.0.iter().map(|v| v * s).collect(), x.1.iter().map(|v| v * s).collect());
+            let d = max_diff(&scaled, &y) / (s * scale_of(&a0, &b0));
+            prop_assert!(d <= 1e-12, "Π(s·x) vs s·Π(x): {d:e}");
+        }
+
+        #[test]
+        fn no_feasible_point_is_closer(
+            a0 in vectors(-3.0..3.0, 30), b0 in vectors(-3.0..3.0, 30), frac in 0.0..1.0f64,
+            seed in any::<u64>(),
+        ) {
+            // the variational inequality of the projection: ⟨x⁰ − x*, y − x*⟩ ≤ 0 for y ∈ Γ_k
+            let k = k_of(frac, b0.len());
+            let mut ws = ProjectionWorkspace::default();
+            let (x, _) = run_dc(&a0, &b0, k, &mut ws);
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            for _ in 0..20 {
+                let y = random_feasible(&mut rng, a0.len(), b0.len(), k);
+                let inner: f64 = a0.iter().zip(&x.0).zip(&y.0)
+                    .chain(b0.iter().zip(&x.1).zip(&y.1))
+                    .map(|((p0, p), q)| (p0 - p) * (q - p))
+                    .sum();
+                prop_assert!(inner <= 1e-9 * scale_of(&a0, &b0).powi(2), "⟨x⁰ − x*, y − x*⟩ = {inner:e}");
+            }
+        }
+    }
+
+    /// A random point of Γ_k: α ≥ 0 with C = Σα, then β = C·p/k for a random p with
+    /// 0 ≤ p_j ≤ 1 and Σp = k (capped water-filling of random weights).
+    fn random_feasible(rng: &mut ChaCha8Rng, m: usize, n: usize, k: usize) -> Pair {
+        let scale = rng.gen_range(0.0..3.0);
+        let alpha: Vec<f64> = (0..m)
+            .map(|_| {
+                if rng.gen_bool(0.3) {
+                    0.0
+                } else {
+                    rng.gen::<f64>() * scale
+                }
+            })
+            .collect();
+        let c = sum_of(&alpha);
+        let w: Vec<f64> = (0..n).map(|_| rng.gen::<f64>() + 1e-3).collect();
+        // p = min(1, t·w) with Σp = k, t by bisection
+        let (mut lo, mut hi) = (0.0, 1e6);
+        for _ in 0..200 {
+            let t = 0.5 * (lo + hi);
+            let s: f64 = w.iter().map(|x| (t * x).min(1.0)).sum();
+            if s < k as f64 {
+                lo = t
+            } else {
+                hi = t
+            }
+        }
+        let beta = w.iter().map(|x| c * (hi * x).min(1.0) / k as f64).collect();
+        (alpha, beta)
+    }
+
+    fn normals(rng: &mut ChaCha8Rng, len: usize) -> Vec<f64> {
+        (0..len)
+            .map(|_| {
+                let (u1, u2) = (rng.gen::<f64>().max(1e-300), rng.gen::<f64>());
+                (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn visits_stay_below_six_per_entry_on_normal_inputs() {
+        let mut ws = ProjectionWorkspace::default();
+        for (size, seed) in [(1_000, 1), (10_000, 2), (100_000, 3)] {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let a0 = normals(&mut rng, size);
+            let b0 = normals(&mut rng, size);
+            for ratio in [1e-4, 0.01, 0.5] {
+                let k = k_of(ratio, size);
+                let (dc, visits) = run_dc(&a0, &b0, k, &mut ws);
+                let per = visits as f64 / (2 * size) as f64;
+                assert!(
+                    per <= 6.0,
+                    "m = n = {size}, k = {k}: {per:.2} visits per entry"
+                );
+                let d = max_diff(&dc, &run_sorted(&a0, &b0, k)) / scale_of(&a0, &b0);
+                assert!(d <= 1e-12, "m = n = {size}, k = {k}: dc vs sorted {d:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn workspace_is_reused_without_reallocation() {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let (a0, b0) = (normals(&mut rng, 5_000), normals(&mut rng, 5_000));
+        let mut ws = ProjectionWorkspace::default();
+        run_dc(&a0, &b0, 50, &mut ws);
+        let before: Vec<*const f64> = [&ws.a[0], &ws.a[1], &ws.u[0], &ws.u[1], &ws.w, &ws.band]
+            .iter()
+            .map(|v| v.as_ptr())
+            .collect();
+        let (a1, b1) = (normals(&mut rng, 5_000), normals(&mut rng, 4_000));
+        for k in [1, 50, 2_000, 4_000] {
+            run_dc(&a1, &b1, k, &mut ws);
+        }
+        let after: Vec<*const f64> = [&ws.a[0], &ws.a[1], &ws.u[0], &ws.u[1], &ws.w, &ws.band]
+            .iter()
+            .map(|v| v.as_ptr())
+            .collect();
+        assert_eq!(before, after);
+    }
+
+    #[test]
+    fn k_for_examples() {
+        assert_eq!(k_for(0.29, 100), 30);
+        assert_eq!(k_for(0.1, 100), 11);
+        assert_eq!(k_for(0.0, 100), 1);
+        assert_eq!(k_for(1.0, 100), 100);
+        assert_eq!(k_for(0.999, 100), 100);
+        assert_eq!(k_for(-0.5, 100), 1);
+        assert_eq!(k_for(f64::NAN, 100), 1);
+        assert_eq!(k_for(0.5, 0), 1);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let mut ws = ProjectionWorkspace::default();
+        let (mut a, mut b) = (vec![0.0; 2], vec![0.0; 3]);
+        let a0 = [1.0, 2.0];
+        let b0 = [0.5, f64::NAN, 1.0];
+        for (k, a0, b0, err) in [
+            (1, &[][..], &b0[..], ProjectionError::EmptyA),
+            (1, &a0[..], &[][..], ProjectionError::EmptyB),
+            (
+                0,
+                &a0[..],
+                &b0[..],
+                ProjectionError::InvalidK { k: 0, n: 3 },
+            ),
+            (
+                4,
+                &a0[..],
+                &b0[..],
+                ProjectionError::InvalidK { k: 4, n: 3 },
+            ),
+        ] {
+            assert_eq!(
+                project(a0, b0, k, &mut a, &mut b, &mut ws),
+                Err(err.clone())
+            );
+            assert_eq!(project_sorted(a0, b0, k, &mut a, &mut b), Err(err));
+        }
+        let nan = project(&a0, &b0, 1, &mut a, &mut b, &mut ws).unwrap_err();
+        assert!(matches!(
+            nan,
+            ProjectionError::NonFinite {
+                input: "b0",
+                index: 1,
+                ..
+            }
+        ));
+        let inf = project_sorted(&[1.0, f64::INFINITY], &[0.0; 3], 1, &mut a, &mut b);
+        assert!(matches!(
+            inf,
+            Err(ProjectionError::NonFinite {
+                input: "a0",
+                index: 1,
+                ..
+            })
+        ));
+        let short = project(&a0, &[0.0; 3], 1, &mut a[..1], &mut b, &mut ws);
+        assert_eq!(
+            short,
+            Err(ProjectionError::LengthMismatch {
+                output: "alpha",
+                len: 1,
+                expected: 2
+            })
+        );
+    }
+
+    #[test]
+    fn known_small_cases() {
+        // a⁰ > 0 with b⁰ < 0 can still project to a non-zero point (note §2.7)
+        let mut ws = ProjectionWorkspace::default();
+        let ((alpha, beta), _) = run_dc(&[1.0], &[-0.5], 1, &mut ws);
+        assert!((alpha[0] - 0.25).abs() < 1e-15 && (beta[0] - 0.25).abs() < 1e-15);
+        // k = n: β = C/n everywhere
+        let ((alpha, beta), _) = run_dc(&[2.0, 0.5], &[1.0, -1.0, 0.0], 3, &mut ws);
+        let c = alpha.iter().sum::<f64>();
+        assert!(beta.iter().all(|&y| (y - c / 3.0).abs() < 1e-15));
+        // zero input
+        let ((alpha, beta), _) = run_dc(&[0.0; 4], &[0.0; 5], 2, &mut ws);
+        assert!(alpha.iter().chain(&beta).all(|&x| x == 0.0));
+    }
 }
