@@ -73,6 +73,18 @@ impl Dataset {
             .collect()
     }
 
+    /// The first row holding a NaN or infinite value, if any.
+    pub fn first_non_finite(&self) -> Option<usize> {
+        if self.rows.all_finite() {
+            return None;
+        }
+        let mut row = vec![0.0; self.rows.n_features()];
+        (0..self.len()).find(|&i| {
+            self.rows.row(i).write_dense(&mut row);
+            row.iter().any(|v| !v.is_finite())
+        })
+    }
+
     pub fn count(&self, label: Label) -> usize {
         self.labels.iter().filter(|&&l| l == label).count()
     }

@@ -11,6 +11,15 @@ pub mod usmo;
 
 use crate::data::Rows;
 
+/// `Ok` when `value` is finite and > 0, else the message naming the parameter.
+pub(crate) fn positive_finite(name: &str, value: f64) -> Result<(), String> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{name} must be finite and > 0, got {value}"))
+    }
+}
+
 /// Anything that turns raw (unscaled) rows into real-valued scores; higher means more positive.
 pub trait Scorer {
     /// The feature count the rows must have.

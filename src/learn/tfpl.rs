@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{Dataset, Label, RowRef, Rows};
 use crate::learn::kernel::{dots_into, Kernel, KernelError, KernelExpansion, KernelRows};
+use crate::learn::positive_finite;
 use crate::learn::projection::{k_for, project, ProjectionError, ProjectionWorkspace};
 
 /// Unchecked τ-FPL hyper-parameters; [`TfplParams::check`] makes [`TfplValidParams`].
@@ -65,18 +66,8 @@ impl TfplParams {
                 self.tau
             )));
         }
-        if !(self.reg.is_finite() && self.reg > 0.0) {
-            return Err(TfplError::Param(format!(
-                "reg must be finite and > 0, got {}",
-                self.reg
-            )));
-        }
-        if !(self.tol.is_finite() && self.tol > 0.0) {
-            return Err(TfplError::Param(format!(
-                "tol must be finite and > 0, got {}",
-                self.tol
-            )));
-        }
+        positive_finite("reg", self.reg).map_err(TfplError::Param)?;
+        positive_finite("tol", self.tol).map_err(TfplError::Param)?;
         self.kernel.check()?;
         Ok(TfplValidParams(self))
     }
@@ -286,14 +277,7 @@ impl TfplValidParams {
         if n_idx.is_empty() {
             return Err(TfplError::NoNegatives);
         }
-        if !data.rows.all_finite() {
-            let bad = (0..data.len())
-                .find(|&i| {
-                    let mut row = vec![0.0; data.rows.n_features()];
-                    data.rows.row(i).write_dense(&mut row);
-                    row.iter().any(|v| !v.is_finite())
-                })
-                .unwrap_or(0);
+        if let Some(bad) = data.first_non_finite() {
             return Err(TfplError::NonFinite {
                 id: data.ids[bad].clone(),
             });

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{Dataset, Label, RowRef, Rows};
 use crate::learn::kernel::{Kernel, KernelError, KernelExpansion, KernelRows};
+use crate::learn::positive_finite;
 
 /// Unchecked USMO hyper-parameters; [`UsmoParams::check`] turns them into [`UsmoValidParams`].
 #[derive(Debug, Clone, PartialEq)]
@@ -65,18 +66,8 @@ impl UsmoParams {
                 self.prior
             )));
         }
-        if !(self.lambda.is_finite() && self.lambda > 0.0) {
-            return Err(UsmoError::Param(format!(
-                "lambda must be finite and > 0, got {}",
-                self.lambda
-            )));
-        }
-        if !(self.tol.is_finite() && self.tol > 0.0) {
-            return Err(UsmoError::Param(format!(
-                "tol must be finite and > 0, got {}",
-                self.tol
-            )));
-        }
+        positive_finite("lambda", self.lambda).map_err(UsmoError::Param)?;
+        positive_finite("tol", self.tol).map_err(UsmoError::Param)?;
         self.kernel.check()?;
         Ok(UsmoValidParams(self))
     }
@@ -193,14 +184,7 @@ impl PuSplit {
                 return Err(UsmoError::DuplicateId(id.clone()));
             }
         }
-        if !data.rows.all_finite() {
-            let bad = (0..data.len())
-                .find(|&i| {
-                    let mut row = vec![0.0; data.rows.n_features()];
-                    data.rows.row(i).write_dense(&mut row);
-                    row.iter().any(|v| !v.is_finite())
-                })
-                .unwrap_or(0);
+        if let Some(bad) = data.first_non_finite() {
             return Err(UsmoError::NonFinite {
                 id: data.ids[bad].clone(),
             });
