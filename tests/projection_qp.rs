@@ -5,11 +5,14 @@
 //! on small random cases (m, n ≤ 30, k ∈ {1, ~n/3, n, random}, continuous and tied inputs).
 //! Only the reference solve is generic here; the production path is `project`.
 
+mod common;
+
 use clarabel::algebra::CscMatrix;
 use clarabel::solver::{
-    DefaultSettings, DefaultSolver, IPSolver, SolverStatus, SupportedConeT::NonnegativeConeT,
+    DefaultSolver, IPSolver, SolverStatus, SupportedConeT::NonnegativeConeT,
     SupportedConeT::ZeroConeT,
 };
+use common::settings_with_tol;
 use neyman::learn::projection::{project, ProjectionWorkspace};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -47,16 +50,8 @@ fn solve_qp(a0: &[f64], b0: &[f64], k: usize) -> Vec<f64> {
     // tight tolerances first; looser ones only if the interior point stalls
     let mut history = Vec::new();
     for tol in [1e-12, 1e-10, 1e-8] {
-        let settings = DefaultSettings {
-            verbose: false,
-            max_iter: 500,
-            tol_gap_abs: tol,
-            tol_gap_rel: tol,
-            tol_feas: tol,
-            ..DefaultSettings::default()
-        };
-        let mut solver =
-            DefaultSolver::new(&p, &q, &a, &b, &cones, settings).expect("clarabel accepts (9)");
+        let mut solver = DefaultSolver::new(&p, &q, &a, &b, &cones, settings_with_tol(tol))
+            .expect("clarabel accepts (9)");
         solver.solve();
         let status = solver.solution.status;
         if status == SolverStatus::Solved {

@@ -3,11 +3,14 @@
 
 use std::sync::atomic::AtomicBool;
 
+mod common;
+
 use clarabel::algebra::CscMatrix;
 use clarabel::solver::{
-    DefaultSettings, DefaultSolver, IPSolver, SolverStatus, SupportedConeT::NonnegativeConeT,
+    DefaultSolver, IPSolver, SolverStatus, SupportedConeT::NonnegativeConeT,
     SupportedConeT::ZeroConeT,
 };
+use common::settings_with_tol;
 use ndarray::Array2;
 use neyman::data::{Dataset, Label, Rows};
 use neyman::learn::kernel::Kernel;
@@ -81,14 +84,8 @@ fn clarabel_dual(k_mat: &Array2<f64>, m: usize, reg: f64, k: usize) -> f64 {
     let a = CscMatrix::new(rows, len, colptr, rowval, nzval);
     let b = vec![0.0; rows];
     let cones = [ZeroConeT(1), NonnegativeConeT(len + n)];
-    let settings = DefaultSettings {
-        verbose: false,
-        tol_gap_abs: 1e-10,
-        tol_gap_rel: 1e-10,
-        tol_feas: 1e-10,
-        ..DefaultSettings::default()
-    };
-    let mut solver = DefaultSolver::new(&p, &q, &a, &b, &cones, settings).expect("valid QP");
+    let mut solver =
+        DefaultSolver::new(&p, &q, &a, &b, &cones, settings_with_tol(1e-10)).expect("valid QP");
     solver.solve();
     assert_eq!(solver.solution.status, SolverStatus::Solved);
     solver.solution.obj_val

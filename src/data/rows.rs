@@ -211,6 +211,38 @@ impl Rows {
         }
     }
 
+    /// The rows of every set, in order: dense when every set is dense, else CSR (dense rows
+    /// keep their non-zero values).
+    pub fn concat(sets: &[&Rows]) -> Rows {
+        let n_features = sets.iter().map(|r| r.n_features()).max().unwrap_or(0);
+        if sets.iter().all(|r| !r.is_sparse()) {
+            let views: Vec<_> = sets.iter().filter_map(|r| r.as_dense()).collect();
+            return match ndarray::concatenate(ndarray::Axis(0), &views) {
+                Ok(m) => Rows::Dense(m),
+                Err(_) => Rows::Dense(Array2::zeros((0, n_features))),
+            };
+        }
+        let mut out = CsrMatrix::new(n_features);
+        for set in sets {
+            for i in 0..set.n_rows() {
+                match set.row(i) {
+                    RowRef::Sparse { indices, values } => {
+                        out.indices.extend_from_slice(indices);
+                        out.values.extend_from_slice(values);
+                    }
+                    RowRef::Dense(x) => {
+                        for (j, &v) in x.iter().enumerate().filter(|(_, v)| **v != 0.0) {
+                            out.indices.push(j as u32);
+                            out.values.push(v);
+                        }
+                    }
+                }
+                out.indptr.push(out.indices.len());
+            }
+        }
+        Rows::Sparse(out)
+    }
+
     /// Squared Euclidean norm of every row.
     pub fn squared_norms(&self) -> Vec<f64> {
         (0..self.n_rows())

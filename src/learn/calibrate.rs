@@ -241,31 +241,10 @@ fn average(fits: Vec<TfplModel>) -> TfplModel {
         coef.extend(f.expansion.coef.iter().map(|c| c / rounds));
         row_sets.push(&f.expansion.support);
     }
-    let support = stack(&row_sets);
+    let support = Rows::concat(&row_sets);
     let mut last = fits.into_iter().last().expect("at least one round");
     last.expansion = KernelExpansion::new(kernel, support, coef, 0.0);
     last
-}
-
-/// The rows of every set, in order (all of one storage kind).
-fn stack(sets: &[&Rows]) -> Rows {
-    match sets[0] {
-        Rows::Dense(_) => {
-            let views: Vec<_> = sets.iter().filter_map(|r| r.as_dense()).collect();
-            Rows::Dense(ndarray::concatenate(ndarray::Axis(0), &views).expect("same feature count"))
-        }
-        Rows::Sparse(first) => {
-            let mut out = crate::data::CsrMatrix::new(first.n_features());
-            for set in sets {
-                for i in 0..set.n_rows() {
-                    if let crate::data::RowRef::Sparse { indices, values } = set.row(i) {
-                        out.push_row(indices, values).expect("rows of a valid set");
-                    }
-                }
-            }
-            Rows::Sparse(out)
-        }
-    }
 }
 
 /// 0..len without the sorted `removed` indices.

@@ -445,20 +445,21 @@ impl Fista {
             k,
             lipschitz,
             x,
-            s: vec![0.0; len],
+            s: Vec::new(),
             visits: 0,
         };
-        fista.s = fista.scores_of(&fista.x.clone());
+        let mut s = vec![0.0; len];
+        fista.scores_into(&fista.x, &mut s, &mut Vec::new(), &mut Vec::new());
+        fista.s = s;
         fista
     }
 
-    fn scores_of(&self, x: &[f64]) -> Vec<f64> {
-        let mut u = x.to_vec();
+    /// The scores `s` of all samples at x = (α, β); `u` and `v` are reused scratch buffers.
+    fn scores_into(&self, x: &[f64], s: &mut [f64], u: &mut Vec<f64>, v: &mut Vec<f64>) {
+        u.clear();
+        u.extend_from_slice(x);
         u[self.m..].iter_mut().for_each(|b| *b = -*b);
-        let mut s = vec![0.0; x.len()];
-        let mut v = Vec::new();
-        self.map.apply(&u, &mut s, &mut v);
-        s
+        self.map.apply(u, s, v);
     }
 
     /// g at a point with known scores.
@@ -484,6 +485,10 @@ impl Fista {
         let mut scratch = Vec::new();
         let (mut a0, mut b0) = (vec![0.0; m], vec![0.0; len - m]);
         let mut next = vec![0.0; len];
+        // Buffers reused by every iteration: the gradient at y, the scores at the next point,
+        // and the score map's scratch.
+        let (mut grad, mut snext) = (vec![0.0; len], vec![0.0; len]);
+        let (mut u, mut v) = (Vec::with_capacity(len), Vec::new());
         let mut outcome = Outcome {
             stop: Stop::Limit,
             iterations: 0,
@@ -511,17 +516,15 @@ impl Fista {
                 return Ok(outcome);
             }
             // Gradient at y: ∇_α = s⁺ + α/2 − 1, ∇_β = −s⁻.
-            let grad: Vec<f64> = (0..len)
-                .map(|i| {
-                    if i < m {
-                        sy[i] + y[i] / 2.0 - 1.0
-                    } else {
-                        -sy[i]
-                    }
-                })
-                .collect();
+            for i in 0..len {
+                grad[i] = if i < m {
+                    sy[i] + y[i] / 2.0 - 1.0
+                } else {
+                    -sy[i]
+                };
+            }
             let gy = self.g(&y, &sy);
-            let snext = loop {
+            loop {
                 for i in 0..len {
                     let target = y[i] - grad[i] / self.lipschitz;
                     if i < m {
@@ -533,17 +536,19 @@ impl Fista {
                 let (alpha, beta) = next.split_at_mut(m);
                 let stats = project(&a0, &b0, self.k, alpha, beta, ws)?;
                 self.visits += stats.visits;
-                let snext = self.scores_of(&next);
-                let step: Vec<f64> = next.iter().zip(&y).map(|(a, b)| a - b).collect();
-                let model = gy
-                    + grad.iter().zip(&step).map(|(g, d)| g * d).sum::<f64>()
-                    + 0.5 * self.lipschitz * step.iter().map(|d| d * d).sum::<f64>();
+                self.scores_into(&next, &mut snext, &mut u, &mut v);
+                let (mut linear, mut square) = (0.0, 0.0);
+                for ((n, y), g) in next.iter().zip(&y).zip(&grad) {
+                    linear += g * (n - y);
+                    square += (n - y) * (n - y);
+                }
+                let model = gy + linear + 0.5 * self.lipschitz * square;
                 if self.g(&next, &snext) <= model + 1e-12 * model.abs().max(1.0) {
-                    break snext;
+                    break;
                 }
                 self.lipschitz *= 2.0;
                 outcome.backtracks += 1;
-            };
+            }
             outcome.iterations += 1;
             let t_next = 0.5 * (1.0 + (1.0 + 4.0 * t * t).sqrt());
             // Restart when the momentum direction opposes the gradient step (O'Donoghue–Candès).
@@ -570,7 +575,7 @@ impl Fista {
             // Round-off can push y slightly outside the cone; that is harmless because every
             // accepted iterate is a projection.
             self.x.copy_from_slice(&next);
-            self.s = snext;
+            std::mem::swap(&mut self.s, &mut snext);
         }
     }
 }

@@ -481,7 +481,7 @@ impl UsmoValidParams {
         let primal = -0.5 * c1 * c1 * s_pp + 0.5 * sqs - target * bias + c2 * xi_sum;
 
         let sv: Vec<usize> = (0..n).filter(|&u| sigma[u] > 0.0).collect();
-        let support = stack_rows(&split.positives, &split.unlabeled.select(&sv));
+        let support = Rows::concat(&[&split.positives, &split.unlabeled.select(&sv)]);
         let mut coef = vec![c1; p];
         coef.extend(sv.iter().map(|&u| -sigma[u]));
         let mut support_ids = split.positive_ids.clone();
@@ -651,10 +651,11 @@ impl UsmoValidParams {
                 rest.push(row);
                 weights_old_rest.push(-sigma);
             }
-            let basis = stack_rows(
-                &stack_rows(&split.positives, &split.unlabeled.select(&kept_sv)),
+            let basis = Rows::concat(&[
+                &split.positives,
+                &split.unlabeled.select(&kept_sv),
                 &old_support.select(&rest),
-            );
+            ]);
             let mut kb = KernelRows::new(self.kernel, &basis, 0);
             let mut buf = vec![0.0; basis.n_rows()];
             for &u in &new_u {
@@ -787,37 +788,6 @@ fn restore_equality(sigma: &mut [f64], g_estimate: &[f64], is_new: &[bool], targ
     }
     for s in sigma.iter_mut() {
         *s = snap(*s, c2);
-    }
-}
-
-/// The rows of `a` followed by the rows of `b` (same storage kind).
-fn stack_rows(a: &Rows, b: &Rows) -> Rows {
-    match (a, b) {
-        (Rows::Dense(x), Rows::Dense(y)) => Rows::Dense(
-            ndarray::concatenate(ndarray::Axis(0), &[x.view(), y.view()])
-                .expect("both halves have the sample set's feature count"),
-        ),
-        _ => {
-            let mut out = crate::data::CsrMatrix::new(a.n_features().max(b.n_features()));
-            for rows in [a, b] {
-                for i in 0..rows.n_rows() {
-                    let pushed = match rows.row(i) {
-                        RowRef::Sparse { indices, values } => out.push_row(indices, values),
-                        RowRef::Dense(x) => {
-                            let (idx, val): (Vec<u32>, Vec<f64>) = x
-                                .iter()
-                                .enumerate()
-                                .filter(|(_, v)| **v != 0.0)
-                                .map(|(i, &v)| (i as u32, v))
-                                .unzip();
-                            out.push_row(&idx, &val)
-                        }
-                    };
-                    pushed.expect("rows of a valid sample set are sorted and in range");
-                }
-            }
-            Rows::Sparse(out)
-        }
     }
 }
 
