@@ -394,7 +394,7 @@ impl UsmoValidParams {
         self.fit_with(None, data, cancel)
     }
 
-    /// Fits, starting from `previous` when given (note §4.2): kept samples keep σ, q and Qσ,
+    /// Fits, starting from `previous` when given (note §4.2): kept samples keep σ/c2, q and Qσ,
     /// updated with kernel values for the removed and added samples only; new samples start
     /// from the previous decision function; the equality 1'σ = c1 p is restored by moving new
     /// samples first, then as few kept ones as possible. Same optimum as a cold start.
@@ -594,21 +594,23 @@ impl UsmoValidParams {
 
         let mut q: Vec<f64> = kept.iter().map(|k| k.map_or(0.0, |s| s.q)).collect();
         let mut q_sigma: Vec<f64> = kept.iter().map(|k| k.map_or(0.0, |s| s.q_sigma)).collect();
-        let mut buf = vec![0.0; n];
-        let mut apply_to_kept =
-            |kr: &mut KernelRows<'_>, row: RowRef<'_>, weight: f64, into: &mut Vec<f64>| {
-                kr.cross_row(row, &mut buf);
-                for u in 0..n {
-                    if kept[u].is_some() {
-                        into[u] += weight * buf[u];
-                    }
-                }
-            };
+        // Added and removed samples change q and Qσ of the kept samples only (new samples are
+        // computed in full below), so their kernel values are taken against the kept rows.
+        let kept_index: Vec<usize> = (0..n).filter(|&u| kept[u].is_some()).collect();
+        let kept_rows = split.unlabeled.select(&kept_index);
+        let mut kk = KernelRows::new(self.kernel, &kept_rows, 0);
+        let mut buf = vec![0.0; kept_index.len()];
+        let mut apply_to_kept = |row: RowRef<'_>, weight: f64, into: &mut Vec<f64>| {
+            kk.cross_row(row, &mut buf);
+            for (&u, k) in kept_index.iter().zip(&buf) {
+                into[u] += weight * k;
+            }
+        };
         for &a in &added_pos {
-            apply_to_kept(kr, split.positives.row(a), 1.0, &mut q);
+            apply_to_kept(split.positives.row(a), 1.0, &mut q);
         }
         for &r in &removed_pos {
-            apply_to_kept(kr, old_support.row(r), -1.0, &mut q);
+            apply_to_kept(old_support.row(r), -1.0, &mut q);
         }
         let mut removed_sv: Vec<(usize, f64)> = Vec::new();
         for s in &state.unlabeled {
@@ -619,7 +621,7 @@ impl UsmoValidParams {
                         s.id
                     ))
                 })?;
-                apply_to_kept(kr, old_support.row(row), -s.sigma, &mut q_sigma);
+                apply_to_kept(old_support.row(row), -s.sigma, &mut q_sigma);
                 removed_sv.push((row, s.sigma));
             }
         }
@@ -627,6 +629,7 @@ impl UsmoValidParams {
         // kept samples with σ > 0 (their share of Qσ), and the removed positives and support
         // samples (which, with the first two, give the previous decision function f_old exactly).
         // The rows of the samples whose σ changes below add the rest of Qσ.
+        extra_evaluations += kk.evaluations;
         let kept_sv: Vec<usize> = (0..n)
             .filter(|&u| kept[u].is_some_and(|s| s.sigma > 0.0))
             .collect();
@@ -685,11 +688,21 @@ impl UsmoValidParams {
             extra_evaluations += kb.evaluations;
         }
 
-        // σ: kept samples keep theirs (clipped to the new c2); new ones get the KKT-consistent
-        // guess from f_old: 0 if f_old < −1, c2 if f_old > 1, c2/2 otherwise.
-        let before: Vec<f64> = kept.iter().map(|k| k.map_or(0.0, |s| s.sigma)).collect();
+        // σ: kept samples keep their place relative to the box, σ·c2/c2_old: c2 = 1/(2λn)
+        // moves with every change of the window size, and a sample left at the old c2 or
+        // c2/2 would sit strictly inside the new box, costing a pair step to put back on
+        // its bound. Qσ over the kept samples scales by the same factor, so this costs no
+        // kernel value. New samples get the KKT-consistent guess from f_old: 0 if
+        // f_old < −1, c2 if f_old > 1, c2/2 otherwise.
+        let c2_old = 1.0 / (2.0 * state.lambda * state.unlabeled.len() as f64);
+        let rho = c2 / c2_old;
+        q_sigma.iter_mut().for_each(|qs| *qs *= rho);
+        let before: Vec<f64> = kept
+            .iter()
+            .map(|k| k.map_or(0.0, |s| snap(rho * s.sigma, c2)))
+            .collect();
         let mut g_estimate: Vec<f64> = (0..n).map(|u| c1 * q[u] - q_sigma[u]).collect();
-        let mut sigma: Vec<f64> = before.iter().map(|s| s.min(c2)).collect();
+        let mut sigma = before.clone();
         for &u in &new_u {
             g_estimate[u] = f_old[u] - prev.expansion.bias;
             sigma[u] = if f_old[u] < -1.0 {
