@@ -12,6 +12,9 @@
 //! - [`data`]: samples and their files: dense and sparse rows behind one access type
 //!   ([`data::rows`]), CSV and LIBSVM readers ([`data::read`]), feature scaling
 //!   ([`data::scale`]), PU relabelling and row ranges.
+//! - [`config`]: the daemon's TOML configuration: every key with its default and doc,
+//!   `NEYMAN_*` environment overrides, path resolution, checks that name the key, secrets that
+//!   redact themselves.
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
 //! - `main.rs`: the `neyman` command line (clap) and nothing else; the subcommands' work lives in
 //!   [`cli`].
@@ -21,5 +24,6 @@
 
 pub mod cli;
 pub mod codec;
+pub mod config;
 pub mod data;
 pub mod learn;

@@ -38,6 +38,18 @@ pub enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
+    /// Daemon configuration tools.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a config file (with the NEYMAN_* environment applied) and print the effective
+    /// configuration: secrets redacted, environment-set keys marked.
+    Check { file: PathBuf },
 }
 
 #[derive(Debug, Subcommand)]
@@ -366,45 +378,4 @@ impl ReadArgs {
     }
 }
 
-/// `600`, `0.5` (seconds) or a number with `ms`, `s`, `m` or `h`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| c.is_ascii_alphabetic())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 600, 0.5, 600s, 10m, 1h)"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => {
-            return Err(format!(
-                "unknown duration unit {unit:?} (use ms, s, m or h)"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(seconds)
-        .map_err(|_| format!("{text:?} is not a non-negative finite duration"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_in_every_documented_form() {
-        assert_eq!(parse_duration("600"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("600s"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert!(parse_duration("-1").is_err());
-        assert!(parse_duration("10d").is_err());
-        assert!(parse_duration("abc").is_err());
-    }
-}
+pub use crate::config::parse_duration;

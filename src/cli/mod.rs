@@ -15,6 +15,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
+use crate::config::LoadedConfig;
 use crate::data::{read, DataError, Dataset, Label, Rows, Scaler};
 use crate::learn::calibrate::{Algorithm, CalibrateError, Fit, ThresholdSpec};
 use crate::learn::kernel::Kernel;
@@ -456,6 +457,14 @@ pub fn score(args: &ScoreArgs) -> Result<(), CliError> {
 }
 
 /// `neyman model inspect`: the model's metadata as one JSON object.
+/// `neyman config check FILE`: the effective configuration on stdout, or the first problem
+/// (exit 2).
+pub fn config_check(path: &Path) -> Result<(), CliError> {
+    let loaded = LoadedConfig::load(path).map_err(|e| CliError::Usage(e.to_string()))?;
+    print!("{}", loaded.render());
+    Ok(())
+}
+
 pub fn inspect(path: &Path) -> Result<(), CliError> {
     let model = read_model(path)?;
     let mut value = json!({

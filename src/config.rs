@@ -1,0 +1,1278 @@
+//! The daemon's configuration file (TOML), its defaults, environment overrides and checks.
+//!
+//! Every key is documented on its field below; `config/neyman.toml` (the embedded default) lists
+//! them all. Rules:
+//! - Unknown keys are errors (`deny_unknown_fields`), so a typo never silently falls back to a
+//!   default.
+//! - Relative paths resolve against the directory of the config file, so a config runs the same
+//!   from any working directory.
+//! - Environment overrides: `NEYMAN_<SECTION>_<KEY>` sets `[section] key`, where SECTION is a
+//!   top-level table and KEY the rest, lower-cased, underscores kept (`NEYMAN_MODEL_PRIOR` sets
+//!   `[model] prior`, `NEYMAN_KAFKA_BOOTSTRAP_SERVERS` sets `[kafka] bootstrap_servers`); `__`
+//!   descends into a nested table (`NEYMAN_WINDOWS_POSITIVE__MAX_EVENTS` sets
+//!   `[windows.positive] max_events`). The value is read as a TOML value (`0.3`, `true`,
+//!   `[1, 2]`), else as a string. `NEYMAN_` variables whose first word is not a section are not
+//!   config (benches use `NEYMAN_BENCH_*`) and are left alone.
+//! - Durations are strings with a unit (`"250ms"`, `"10s"`, `"5m"`, `"1h"`, `"7d"`) or seconds as
+//!   a number.
+//! - Secrets (tokens, passwords) are held in [`Secret`], which prints as `"<redacted>"` in
+//!   `Debug`, in logs and in `neyman config check`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Top-level tables; the first word of a `NEYMAN_` variable must be one of them to be an
+/// override.
+pub const SECTIONS: [&str; 11] = [
+    "source", "output", "state", "windows", "retrain", "model", "gate", "scoring", "http", "log",
+    "kafka",
+];
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {message}")]
+    Read { path: String, message: String },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+    #[error("{path}: `{key}`: {message}")]
+    Invalid {
+        path: String,
+        key: String,
+        message: String,
+    },
+}
+
+/// A value that must never be printed: `Debug`, `Display` and `Serialize` show `<redacted>`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for the one place that uses it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("<redacted>")
+    }
+}
+
+/// A duration written `"250ms"`, `"10s"`, `"5m"`, `"1h"`, `"7d"` or as seconds (`600`, `0.5`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HumanDuration(pub Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Seconds(f64),
+            Text(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::Seconds(s) => s.to_string(),
+            Raw::Text(t) => t,
+        };
+        parse_duration(&text)
+            .map(HumanDuration)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for HumanDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(self.0))
+    }
+}
+
+/// `600`, `0.5` (seconds) or a number with `ms`, `s`, `m`, `h` or `d`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 600, 0.5, 600s, 10m, 1h)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        "d" => value * 86_400.0,
+        _ => {
+            return Err(format!(
+                "unknown duration unit {unit:?} (use ms, s, m, h or d)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| format!("{text:?} is not a non-negative finite duration"))
+}
+
+/// The shortest exact spelling among `d`, `h`, `m`, `s`, `ms`.
+fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return format!("{}s", d.as_secs_f64());
+    }
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+    ] {
+        if ms > 0 && ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub source: SourceConfig,
+    #[serde(default)]
+    pub output: OutputConfig,
+    #[serde(default)]
+    pub state: StateConfig,
+    #[serde(default)]
+    pub windows: WindowsConfig,
+    #[serde(default)]
+    pub retrain: RetrainConfig,
+    pub model: ModelConfig,
+    #[serde(default)]
+    pub gate: GateConfig,
+    #[serde(default)]
+    pub scoring: ScoringConfig,
+    #[serde(default)]
+    pub http: HttpConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// Where events come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// `replay`: a recorded stream file (JSON Lines, optionally gzip).
+    #[serde(default = "default_source_kind")]
+    pub kind: SourceKind,
+    /// The recorded stream to replay (`kind = "replay"`).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Replay pace: `max` (virtual time, as fast as possible), `realtime`, or `xN` (N times
+    /// real time, e.g. `x10`).
+    #[serde(default = "default_speed")]
+    pub speed: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Replay,
+}
+
+fn default_source_kind() -> SourceKind {
+    SourceKind::Replay
+}
+fn default_speed() -> String {
+    "max".into()
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        SourceConfig {
+            kind: default_source_kind(),
+            path: None,
+            speed: default_speed(),
+        }
+    }
+}
+
+/// Where scores and rejected events go.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// Score sink: `"-"` for stdout, else a JSON Lines file (appended).
+    #[serde(default = "default_scores")]
+    pub scores: PathBuf,
+    /// Dead-letter file (JSON Lines) for events that fail validation.
+    #[serde(default = "default_dlq")]
+    pub dlq: PathBuf,
+}
+
+fn default_scores() -> PathBuf {
+    PathBuf::from("-")
+}
+fn default_dlq() -> PathBuf {
+    PathBuf::from("dlq.jsonl")
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        OutputConfig {
+            scores: default_scores(),
+            dlq: default_dlq(),
+        }
+    }
+}
+
+/// Persistence of accepted models and the version counter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    /// Directory for model files and the version counter; created when missing.
+    #[serde(default = "default_state_dir")]
+    pub dir: PathBuf,
+    /// How many accepted models to keep on disk (the newest first; ≥ 2 so rollback works).
+    #[serde(default = "default_keep_models")]
+    pub keep_models: usize,
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("state")
+}
+fn default_keep_models() -> usize {
+    5
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            dir: default_state_dir(),
+            keep_models: default_keep_models(),
+        }
+    }
+}
+
+/// One channel's sliding window: bounded by count, by age (event time) and by bytes. The
+/// defaults are the same for every channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowConfig {
+    /// Most events kept; the oldest leave first.
+    #[serde(default = "default_window_events")]
+    pub max_events: usize,
+    /// Events older than this (relative to the newest event time seen) leave the window.
+    #[serde(default = "default_window_age")]
+    pub max_age: HumanDuration,
+    /// Memory budget of the window's rows and ids, in MiB; the oldest leave first beyond it.
+    #[serde(default = "default_window_mb")]
+    pub max_mb: usize,
+}
+
+fn default_window_events() -> usize {
+    5_000
+}
+fn default_window_age() -> HumanDuration {
+    HumanDuration(Duration::from_secs(7 * 86_400))
+}
+fn default_window_mb() -> usize {
+    256
+}
+
+impl Default for WindowConfig {
+    fn default() -> Self {
+        WindowConfig {
+            max_events: default_window_events(),
+            max_age: default_window_age(),
+            max_mb: default_window_mb(),
+        }
+    }
+}
+
+/// The three channels' windows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowsConfig {
+    #[serde(default)]
+    pub positive: WindowConfig,
+    #[serde(default)]
+    pub unlabeled: WindowConfig,
+    #[serde(default)]
+    pub negative: WindowConfig,
+}
+
+/// When to retrain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrainConfig {
+    /// The first retrain waits until the positive window holds this many training events.
+    #[serde(default = "default_min_positive")]
+    pub min_positive: usize,
+    /// … and the unlabeled window this many.
+    #[serde(default = "default_min_unlabeled")]
+    pub min_unlabeled: usize,
+    /// tfpl trains positive vs negative once the negative window holds this many training
+    /// events, otherwise positive vs unlabeled; `umbrella` thresholds need it too.
+    #[serde(default = "default_min_negative")]
+    pub min_negative: usize,
+    /// Retrain after this many new window events (0: never by count).
+    #[serde(default = "default_every_events")]
+    pub every_events: u64,
+    /// Retrain after this much event time (absent: never by time).
+    #[serde(default)]
+    pub every: Option<HumanDuration>,
+}
+
+fn default_min_positive() -> usize {
+    50
+}
+fn default_min_unlabeled() -> usize {
+    300
+}
+fn default_min_negative() -> usize {
+    200
+}
+fn default_every_events() -> u64 {
+    1_000
+}
+
+impl Default for RetrainConfig {
+    fn default() -> Self {
+        RetrainConfig {
+            min_positive: default_min_positive(),
+            min_unlabeled: default_min_unlabeled(),
+            min_negative: default_min_negative(),
+            every_events: default_every_events(),
+            every: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlgorithmName {
+    Usmo,
+    Tfpl,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThresholdName {
+    Oob,
+    Umbrella,
+    PuUmbrella,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelName {
+    Linear,
+    Rbf,
+    Poly,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScaleName {
+    None,
+    Standard,
+    Minmax,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OobRuleName {
+    Quantile,
+    Npscore,
+}
+
+/// The learner, its false-positive target and its threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// `usmo` (positive vs unlabeled SVM) or `tfpl` (τ-FPL ranking).
+    pub algorithm: AlgorithmName,
+    /// π: the positive share of the unlabeled stream (required for usmo).
+    #[serde(default)]
+    pub prior: Option<f64>,
+    /// pu-umbrella: lower end of the plausible π (default: `prior`).
+    #[serde(default)]
+    pub prior_min: Option<f64>,
+    /// pu-umbrella: upper end of the plausible π (default: `prior`).
+    #[serde(default)]
+    pub prior_max: Option<f64>,
+    /// τ: the target false-positive rate.
+    pub tau: f64,
+    /// tfpl: the τ used for ranking (default: `tau`).
+    #[serde(default)]
+    pub rank_tau: Option<f64>,
+    /// δ: the allowed probability that the true FPR exceeds τ.
+    #[serde(default = "default_delta")]
+    pub delta: f64,
+    /// `oob`, `umbrella` or `pu-umbrella`; absent: `umbrella` when the negative window holds
+    /// `retrain.min_negative` events, else `pu-umbrella`.
+    #[serde(default)]
+    pub threshold: Option<ThresholdName>,
+    /// Share of events (by a stable hash of the id) kept out of training for calibration, in
+    /// percent.
+    #[serde(default = "default_calibration_percent")]
+    pub calibration_percent: u8,
+    /// usmo: λ, the L2 regularisation.
+    #[serde(default = "default_lambda")]
+    pub lambda: f64,
+    /// tfpl: R, the L2 regularisation.
+    #[serde(default = "default_reg")]
+    pub reg: f64,
+    /// Kernel: `linear`, `rbf` or `poly` (default: rbf for usmo, linear for tfpl).
+    #[serde(default)]
+    pub kernel: Option<KernelName>,
+    /// RBF / poly γ (default 1 / number of features).
+    #[serde(default)]
+    pub gamma: Option<f64>,
+    #[serde(default = "default_degree")]
+    pub degree: u32,
+    #[serde(default = "default_coef0")]
+    pub coef0: f64,
+    /// Feature scaling fitted on each training snapshot: `none`, `standard`, `minmax`.
+    #[serde(default = "default_scale")]
+    pub scale: ScaleName,
+    /// Solver tolerance (default: the solver's own, 1e-3 for usmo, 1e-6 relative gap for tfpl).
+    #[serde(default)]
+    pub tol: Option<f64>,
+    /// Solver iteration cap.
+    #[serde(default)]
+    pub max_iter: Option<u64>,
+    /// Solver wall-time cap per retrain.
+    #[serde(default)]
+    pub time_limit: Option<HumanDuration>,
+    /// usmo kernel-row cache budget, MiB.
+    #[serde(default = "default_cache_mb")]
+    pub cache_mb: usize,
+    /// tfpl with a non-linear kernel: largest Gram matrix allowed, MiB.
+    #[serde(default = "default_max_gram_mb")]
+    pub max_gram_mb: usize,
+    /// oob: bootstrap rounds.
+    #[serde(default = "default_rounds")]
+    pub rounds: usize,
+    /// oob: per-round rule.
+    #[serde(default = "default_oob_rule")]
+    pub oob_rule: OobRuleName,
+    /// Seed of every random choice in training (calibration splits, bootstrap).
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn default_delta() -> f64 {
+    0.05
+}
+fn default_calibration_percent() -> u8 {
+    30
+}
+fn default_lambda() -> f64 {
+    1e-3
+}
+fn default_reg() -> f64 {
+    1e-2
+}
+fn default_degree() -> u32 {
+    3
+}
+fn default_coef0() -> f64 {
+    1.0
+}
+fn default_scale() -> ScaleName {
+    ScaleName::Standard
+}
+fn default_cache_mb() -> usize {
+    256
+}
+fn default_max_gram_mb() -> usize {
+    1024
+}
+fn default_rounds() -> usize {
+    10
+}
+fn default_oob_rule() -> OobRuleName {
+    OobRuleName::Quantile
+}
+
+/// Which retrained models may replace the active one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateConfig {
+    /// A new model is rejected when its NP-score on recent calibration events is worse than the
+    /// active model's by more than this.
+    #[serde(default = "default_margin")]
+    pub margin: f64,
+    /// oob thresholds carry no certificate: accept when `fpr_estimate` ≤ τ + this.
+    #[serde(default = "default_oob_slack")]
+    pub oob_slack: f64,
+}
+
+fn default_margin() -> f64 {
+    0.05
+}
+fn default_oob_slack() -> f64 {
+    0.01
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        GateConfig {
+            margin: default_margin(),
+            oob_slack: default_oob_slack(),
+        }
+    }
+}
+
+/// Intake limits and scoring before the first model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScoringConfig {
+    /// Unlabeled events held before the first model exists, scored once it does; beyond this
+    /// they are emitted with `"status": "unscored"`.
+    #[serde(default = "default_buffer_before_model")]
+    pub buffer_before_model: usize,
+    /// Largest accepted event, bytes; larger ones go to the DLQ as `too_large`.
+    #[serde(default = "default_max_event_bytes")]
+    pub max_event_bytes: usize,
+}
+
+fn default_buffer_before_model() -> usize {
+    100_000
+}
+fn default_max_event_bytes() -> usize {
+    1 << 20
+}
+
+impl Default for ScoringConfig {
+    fn default() -> Self {
+        ScoringConfig {
+            buffer_before_model: default_buffer_before_model(),
+            max_event_bytes: default_max_event_bytes(),
+        }
+    }
+}
+
+/// The HTTP API and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Listen address; the default binds loopback only.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// File holding the admin bearer token (`POST /v1/model/rollback`); absent together with
+    /// `admin_token_env`: admin routes answer 403.
+    #[serde(default)]
+    pub admin_token_file: Option<PathBuf>,
+    /// Environment variable holding the admin bearer token.
+    #[serde(default)]
+    pub admin_token_env: Option<String>,
+    /// Largest request body, bytes.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+    /// Most events in one `POST /v1/score` batch.
+    #[serde(default = "default_max_batch")]
+    pub max_batch: usize,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8787".into()
+}
+fn default_max_body_bytes() -> usize {
+    4 << 20
+}
+fn default_max_batch() -> usize {
+    1024
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: default_listen(),
+            admin_token_file: None,
+            admin_token_env: None,
+            max_body_bytes: default_max_body_bytes(),
+            max_batch: default_max_batch(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+/// Logs (stderr).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `pretty` or `json` (one object per line).
+    #[serde(default = "default_log_format")]
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info` or `neyman=debug`; `RUST_LOG` wins when set.
+    #[serde(default = "default_log_level")]
+    pub level: String,
+    /// How long a graceful shutdown may take before the process exits anyway.
+    #[serde(default = "default_shutdown_timeout")]
+    pub shutdown_timeout: HumanDuration,
+}
+
+fn default_log_format() -> LogFormat {
+    LogFormat::Pretty
+}
+fn default_log_level() -> String {
+    "info".into()
+}
+fn default_shutdown_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: default_log_format(),
+            level: default_log_level(),
+            shutdown_timeout: default_shutdown_timeout(),
+        }
+    }
+}
+
+/// A checked configuration, where it came from and which keys the environment set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedConfig {
+    pub config: Config,
+    pub path: PathBuf,
+    /// `section.key` → the variable that set it.
+    pub from_env: BTreeMap<String, String>,
+}
+
+impl LoadedConfig {
+    /// Reads `path`, applies the `NEYMAN_*` variables of the process, resolves relative paths
+    /// and checks every key.
+    pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_str_with_env(&text, path, std::env::vars())
+    }
+
+    /// As [`LoadedConfig::load`], from text and an explicit environment (for tests).
+    pub fn from_str_with_env(
+        text: &str,
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<LoadedConfig, ConfigError> {
+        let shown = path.display().to_string();
+        let mut table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::Parse {
+                    path: shown.clone(),
+                    message: e.to_string().trim_end().replace('\n', " "),
+                })?;
+        let overrides = env_overrides(env)?;
+        let mut from_env = BTreeMap::new();
+        for o in &overrides {
+            set_path(&mut table, &o.keys, toml_value(&o.raw)).map_err(|message| {
+                ConfigError::Env {
+                    var: o.var.clone(),
+                    message,
+                }
+            })?;
+            from_env.insert(o.keys.join("."), o.var.clone());
+        }
+        let mut config = deserialize(&table, &overrides).map_err(|message| ConfigError::Parse {
+            path: shown.clone(),
+            message,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        config.resolve_paths(base);
+        config
+            .check()
+            .map_err(|(key, message)| ConfigError::Invalid {
+                path: shown,
+                key,
+                message,
+            })?;
+        Ok(LoadedConfig {
+            config,
+            path: path.to_path_buf(),
+            from_env,
+        })
+    }
+
+    /// The effective configuration as TOML, secrets redacted, each environment-set key
+    /// followed by a comment naming its variable.
+    pub fn render(&self) -> String {
+        let value = match toml::Table::try_from(&self.config) {
+            Ok(v) => v,
+            Err(e) => return format!("# cannot render the configuration: {e}\n"),
+        };
+        let mut out = format!("# effective configuration of {}\n", self.path.display());
+        render_table(&value, &mut Vec::new(), &self.from_env, &mut out);
+        out
+    }
+}
+
+struct Override {
+    var: String,
+    keys: Vec<String>,
+    raw: String,
+}
+
+fn env_overrides(
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Vec<Override>, ConfigError> {
+    let mut out = Vec::new();
+    for (var, raw) in env {
+        let Some(rest) = var.strip_prefix("NEYMAN_") else {
+            continue;
+        };
+        let lower = rest.to_ascii_lowercase();
+        let Some((section, key)) = lower.split_once('_') else {
+            continue;
+        };
+        if !SECTIONS.contains(&section) {
+            continue;
+        }
+        let mut keys = vec![section.to_string()];
+        keys.extend(key.split("__").map(str::to_string));
+        if keys.iter().any(String::is_empty) {
+            return Err(ConfigError::Env {
+                var,
+                message: "names an empty key".into(),
+            });
+        }
+        out.push(Override { var, keys, raw });
+    }
+    // Deterministic order whatever the environment's.
+    out.sort_by(|a, b| a.var.cmp(&b.var));
+    Ok(out)
+}
+
+/// A TOML value when `raw` parses as one (numbers, booleans, arrays, quoted strings), else the
+/// raw text as a string.
+fn toml_value(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+fn set_path(table: &mut toml::Table, keys: &[String], value: toml::Value) -> Result<(), String> {
+    let (last, parents) = keys.split_last().ok_or("names no key")?;
+    let mut here = table;
+    for k in parents {
+        let entry = here
+            .entry(k.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        here = entry
+            .as_table_mut()
+            .ok_or_else(|| format!("`{k}` is not a table in the file"))?;
+    }
+    here.insert(last.clone(), value);
+    Ok(())
+}
+
+/// Deserializes; when that fails and an environment value was read as a non-string TOML value
+/// (`NEYMAN_KAFKA_GROUP_ID=123`), retries with it as the string it also is.
+fn deserialize(table: &toml::Table, overrides: &[Override]) -> Result<Config, String> {
+    let first = match Config::deserialize(toml::Value::Table(table.clone())) {
+        Ok(c) => return Ok(c),
+        Err(e) => e.to_string().trim_end().replace('\n', " "),
+    };
+    let mut table = table.clone();
+    for o in overrides {
+        if matches!(toml_value(&o.raw), toml::Value::String(_)) {
+            continue;
+        }
+        set_path(&mut table, &o.keys, toml::Value::String(o.raw.clone()))?;
+        if let Ok(c) = Config::deserialize(toml::Value::Table(table.clone())) {
+            return Ok(c);
+        }
+    }
+    Err(first)
+}
+
+fn render_table(
+    table: &toml::Table,
+    path: &mut Vec<String>,
+    from_env: &BTreeMap<String, String>,
+    out: &mut String,
+) {
+    let (scalars, tables): (Vec<_>, Vec<_>) = table.iter().partition(|(_, v)| !v.is_table());
+    if !path.is_empty() && !scalars.is_empty() {
+        out.push_str(&format!("\n[{}]\n", path.join(".")));
+    }
+    for (k, v) in scalars {
+        let key = path
+            .iter()
+            .chain([k])
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(".");
+        let note = from_env
+            .get(&key)
+            .map(|var| format!("  # from {var}"))
+            .unwrap_or_default();
+        out.push_str(&format!("{k} = {v}{note}\n"));
+    }
+    for (k, v) in tables {
+        if let toml::Value::Table(t) = v {
+            path.push(k.clone());
+            render_table(t, path, from_env, out);
+            path.pop();
+        }
+    }
+}
+
+fn resolve(base: &Path, path: &mut PathBuf) {
+    if path.is_relative() && path.as_os_str() != "-" {
+        *path = base.join(&*path);
+    }
+}
+
+impl Config {
+    fn resolve_paths(&mut self, base: &Path) {
+        if let Some(p) = self.source.path.as_mut() {
+            resolve(base, p);
+        }
+        resolve(base, &mut self.output.scores);
+        resolve(base, &mut self.output.dlq);
+        resolve(base, &mut self.state.dir);
+        if let Some(p) = self.http.admin_token_file.as_mut() {
+            resolve(base, p);
+        }
+    }
+
+    /// Every cross-key and range rule; the error names the key.
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let bad = |key: &str, message: String| Err((key.to_string(), message));
+        let unit = |key: &str, v: f64| -> Result<(), (String, String)> {
+            if v.is_finite() && v > 0.0 && v < 1.0 {
+                Ok(())
+            } else {
+                Err((key.to_string(), format!("must be in (0, 1), got {v}")))
+            }
+        };
+        let m = &self.model;
+        if self.source.kind == SourceKind::Replay && self.source.path.is_none() {
+            return bad("source.path", "required for kind = \"replay\"".into());
+        }
+        if parse_speed(&self.source.speed).is_none() {
+            return bad(
+                "source.speed",
+                format!("{:?} is not max, realtime or xN (N > 0)", self.source.speed),
+            );
+        }
+        unit("model.tau", m.tau)?;
+        unit("model.delta", m.delta)?;
+        if let Some(t) = m.rank_tau {
+            unit("model.rank_tau", t)?;
+        }
+        for (key, v) in [
+            ("model.prior", m.prior),
+            ("model.prior_min", m.prior_min),
+            ("model.prior_max", m.prior_max),
+        ] {
+            if let Some(v) = v {
+                unit(key, v)?;
+            }
+        }
+        if m.algorithm == AlgorithmName::Usmo && m.prior.is_none() {
+            return bad("model.prior", "required when algorithm = \"usmo\"".into());
+        }
+        let (lo, hi) = self.prior_interval();
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            if lo > hi {
+                return bad(
+                    "model.prior_min",
+                    format!("{lo} is above model.prior_max {hi}"),
+                );
+            }
+            if let Some(p) = m.prior {
+                if p < lo || p > hi {
+                    return bad(
+                        "model.prior",
+                        format!("{p} is outside [prior_min, prior_max] = [{lo}, {hi}]"),
+                    );
+                }
+            }
+        }
+        if m.threshold == Some(ThresholdName::PuUmbrella) && (lo.is_none() || hi.is_none()) {
+            return bad(
+                "model.prior_min",
+                "pu-umbrella needs prior (or prior_min and prior_max)".into(),
+            );
+        }
+        if m.threshold == Some(ThresholdName::Oob) && m.algorithm == AlgorithmName::Usmo {
+            return bad(
+                "model.threshold",
+                "oob needs negatives in training; use umbrella or pu-umbrella with usmo".into(),
+            );
+        }
+        if m.calibration_percent == 0 || m.calibration_percent >= 100 {
+            return bad(
+                "model.calibration_percent",
+                format!("must be in 1..=99, got {}", m.calibration_percent),
+            );
+        }
+        for (key, v) in [("model.lambda", m.lambda), ("model.reg", m.reg)] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(key, format!("must be finite and > 0, got {v}"));
+            }
+        }
+        if let Some(g) = m.gamma {
+            if !(g.is_finite() && g > 0.0) {
+                return bad("model.gamma", format!("must be finite and > 0, got {g}"));
+            }
+        }
+        if let Some(t) = m.tol {
+            if !(t.is_finite() && t > 0.0) {
+                return bad("model.tol", format!("must be finite and > 0, got {t}"));
+            }
+        }
+        if m.rounds == 0 {
+            return bad("model.rounds", "must be ≥ 1".into());
+        }
+        for (name, w) in [
+            ("positive", &self.windows.positive),
+            ("unlabeled", &self.windows.unlabeled),
+            ("negative", &self.windows.negative),
+        ] {
+            if w.max_events == 0 {
+                return bad(&format!("windows.{name}.max_events"), "must be ≥ 1".into());
+            }
+            if w.max_mb == 0 {
+                return bad(&format!("windows.{name}.max_mb"), "must be ≥ 1".into());
+            }
+            if w.max_age.0.is_zero() {
+                return bad(&format!("windows.{name}.max_age"), "must be > 0".into());
+            }
+        }
+        let r = &self.retrain;
+        if r.min_positive == 0 || r.min_positive > self.windows.positive.max_events {
+            return bad(
+                "retrain.min_positive",
+                format!(
+                    "must be in 1..=windows.positive.max_events ({}), got {}",
+                    self.windows.positive.max_events, r.min_positive
+                ),
+            );
+        }
+        if r.min_unlabeled == 0 || r.min_unlabeled > self.windows.unlabeled.max_events {
+            return bad(
+                "retrain.min_unlabeled",
+                format!(
+                    "must be in 1..=windows.unlabeled.max_events ({}), got {}",
+                    self.windows.unlabeled.max_events, r.min_unlabeled
+                ),
+            );
+        }
+        if r.every_events == 0 && r.every.is_none() {
+            return bad(
+                "retrain.every_events",
+                "is 0 and retrain.every is absent: the model would never be retrained".into(),
+            );
+        }
+        if !(self.gate.margin.is_finite() && self.gate.margin >= 0.0) {
+            return bad("gate.margin", "must be finite and ≥ 0".into());
+        }
+        if !(self.gate.oob_slack.is_finite() && self.gate.oob_slack >= 0.0) {
+            return bad("gate.oob_slack", "must be finite and ≥ 0".into());
+        }
+        if self.state.keep_models < 2 {
+            return bad(
+                "state.keep_models",
+                "must be ≥ 2 (rollback needs the previous model)".into(),
+            );
+        }
+        if self.scoring.max_event_bytes == 0 {
+            return bad("scoring.max_event_bytes", "must be ≥ 1".into());
+        }
+        if self.http.listen.parse::<SocketAddr>().is_err() {
+            return bad(
+                "http.listen",
+                format!("{:?} is not an IP:port address", self.http.listen),
+            );
+        }
+        if self.http.admin_token_file.is_some() && self.http.admin_token_env.is_some() {
+            return bad(
+                "http.admin_token_file",
+                "set either admin_token_file or admin_token_env, not both".into(),
+            );
+        }
+        if self.http.max_batch == 0 || self.http.max_body_bytes == 0 {
+            return bad("http.max_batch", "limits must be ≥ 1".into());
+        }
+        Ok(())
+    }
+
+    /// [π_min, π_max], each defaulting to `prior`.
+    pub fn prior_interval(&self) -> (Option<f64>, Option<f64>) {
+        let m = &self.model;
+        (m.prior_min.or(m.prior), m.prior_max.or(m.prior))
+    }
+}
+
+/// Replay pace: `None` = as fast as possible (virtual time), `Some(f)` = f × real time.
+pub fn parse_speed(text: &str) -> Option<Option<f64>> {
+    match text {
+        "max" => Some(None),
+        "realtime" => Some(Some(1.0)),
+        _ => {
+            let f: f64 = text.strip_prefix('x')?.parse().ok()?;
+            (f.is_finite() && f > 0.0).then_some(Some(f))
+        }
+    }
+}
+
+/// Reads the admin token named by `[http]`, if any.
+pub fn admin_token(http: &HttpConfig) -> Result<Option<Secret>, ConfigError> {
+    if let Some(path) = &http.admin_token_file {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            message: format!("admin token: {e}"),
+        })?;
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(ConfigError::Read {
+                path: path.display().to_string(),
+                message: "admin token file is empty".into(),
+            });
+        }
+        return Ok(Some(Secret::new(token)));
+    }
+    if let Some(var) = &http.admin_token_env {
+        let token = std::env::var(var).map_err(|_| ConfigError::Env {
+            var: var.clone(),
+            message: "named by http.admin_token_env but not set".into(),
+        })?;
+        return Ok(Some(Secret::new(token)));
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[source]
+path = "stream.jsonl.gz"
+
+[model]
+algorithm = "usmo"
+prior = 0.3
+tau = 0.05
+"#;
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<LoadedConfig, ConfigError> {
+        LoadedConfig::from_str_with_env(
+            text,
+            Path::new("/etc/neyman/neyman.toml"),
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    }
+
+    #[test]
+    fn defaults_fill_a_minimal_file_and_paths_resolve_against_its_directory() {
+        let c = load(MINIMAL, &[]).expect("valid").config;
+        assert_eq!(
+            c.source.path,
+            Some(PathBuf::from("/etc/neyman/stream.jsonl.gz"))
+        );
+        assert_eq!(c.state.dir, PathBuf::from("/etc/neyman/state"));
+        assert_eq!(c.output.scores, PathBuf::from("-"));
+        assert_eq!(c.model.delta, 0.05);
+        assert_eq!(c.retrain.min_positive, 50);
+        assert_eq!(c.retrain.min_unlabeled, 300);
+        assert_eq!(c.scoring.buffer_before_model, 100_000);
+        assert_eq!(c.log.shutdown_timeout.0, Duration::from_secs(10));
+        assert_eq!(c.http.listen, "127.0.0.1:8787");
+    }
+
+    #[test]
+    fn env_overrides_set_keys_with_types_and_are_marked() {
+        let loaded = load(
+            MINIMAL,
+            &[
+                ("NEYMAN_MODEL_PRIOR", "0.2"),
+                ("NEYMAN_MODEL_PRIOR_MIN", "0.1"),
+                ("NEYMAN_WINDOWS_POSITIVE__MAX_EVENTS", "77"),
+                ("NEYMAN_RETRAIN_EVERY", "5m"),
+                ("NEYMAN_BENCH_DATA", "magic"),
+                ("NEYMAN_HTTP_LISTEN", "127.0.0.1:9999"),
+            ],
+        )
+        .expect("valid");
+        let c = &loaded.config;
+        assert_eq!(c.model.prior, Some(0.2));
+        assert_eq!(c.model.prior_min, Some(0.1));
+        assert_eq!(c.windows.positive.max_events, 77);
+        assert_eq!(
+            c.retrain.every,
+            Some(HumanDuration(Duration::from_secs(300)))
+        );
+        assert_eq!(c.http.listen, "127.0.0.1:9999");
+        assert_eq!(
+            loaded.from_env.get("model.prior").map(String::as_str),
+            Some("NEYMAN_MODEL_PRIOR")
+        );
+        let text = loaded.render();
+        assert!(
+            text.contains("prior = 0.2  # from NEYMAN_MODEL_PRIOR"),
+            "{text}"
+        );
+        assert!(text.contains("max_events = 77  # from NEYMAN_WINDOWS_POSITIVE__MAX_EVENTS"));
+        // The rendered text is itself a valid configuration.
+        let again = load(&text, &[]).expect("round trip");
+        assert_eq!(again.config.model.prior, Some(0.2));
+    }
+
+    #[test]
+    fn a_numeric_env_value_for_a_string_key_stays_a_string() {
+        let c = load(MINIMAL, &[("NEYMAN_LOG_LEVEL", "5")]);
+        // "5" is not a valid filter for the daemon, but it is a string: the config layer
+        // takes it as written.
+        assert_eq!(c.expect("string kept").config.log.level, "5");
+    }
+
+    #[test]
+    fn every_error_names_its_key() {
+        // (file text, environment, the key the error must name)
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+        let cases: [Case; 9] = [
+            (
+                "[model]\nalgorithm = \"usmo\"\ntau = 0.05\n[source]\npath = \"s\"",
+                &[],
+                "model.prior",
+            ),
+            (MINIMAL, &[("NEYMAN_MODEL_TAU", "1.5")], "model.tau"),
+            (
+                MINIMAL,
+                &[("NEYMAN_MODEL_PRIOR_MIN", "0.5")],
+                "model.prior_min",
+            ),
+            (
+                MINIMAL,
+                &[("NEYMAN_MODEL_THRESHOLD", "oob")],
+                "model.threshold",
+            ),
+            (
+                MINIMAL,
+                &[("NEYMAN_HTTP_LISTEN", "localhost")],
+                "http.listen",
+            ),
+            (MINIMAL, &[("NEYMAN_SOURCE_SPEED", "fast")], "source.speed"),
+            (
+                MINIMAL,
+                &[("NEYMAN_RETRAIN_MIN_POSITIVE", "5001")],
+                "retrain.min_positive",
+            ),
+            (
+                MINIMAL,
+                &[("NEYMAN_STATE_KEEP_MODELS", "1")],
+                "state.keep_models",
+            ),
+            (
+                MINIMAL,
+                &[("NEYMAN_MODEL_CALIBRATION_PERCENT", "0")],
+                "model.calibration_percent",
+            ),
+        ];
+        for (text, env, key) in cases {
+            match load(text, env) {
+                Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
+                other => panic!("{key}: expected an invalid-key error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_types_are_parse_errors_naming_the_file() {
+        for text in [
+            format!("{MINIMAL}\n[gate]\nmargn = 0.1\n"),
+            MINIMAL.replace("tau = 0.05", "tau = \"high\""),
+            "[model\n".to_string(),
+        ] {
+            let e = load(&text, &[]).expect_err("rejected");
+            assert!(matches!(e, ConfigError::Parse { .. }), "{e:?}");
+            assert!(
+                e.to_string().starts_with("/etc/neyman/neyman.toml: "),
+                "{e}"
+            );
+        }
+        let e = load(&format!("{MINIMAL}\n[gate]\nmargn = 0.1\n"), &[]).expect_err("unknown");
+        assert!(e.to_string().contains("margn"), "{e}");
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let s = Secret::new("hunter2");
+        assert_eq!(format!("{s:?}"), "\"<redacted>\"");
+        assert_eq!(s.to_string(), "<redacted>");
+        assert_eq!(serde_json::to_string(&s).expect("json"), "\"<redacted>\"");
+        assert_eq!(s.expose(), "hunter2");
+    }
+
+    #[test]
+    fn durations_parse_and_print_in_every_documented_form() {
+        assert_eq!(parse_duration("600"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("600s"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("10w").is_err());
+        assert!(parse_duration("abc").is_err());
+        for (d, text) in [
+            (Duration::from_secs(7 * 86_400), "7d"),
+            (Duration::from_secs(300), "5m"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::from_secs(90), "90s"),
+        ] {
+            assert_eq!(format_duration(d), text);
+            assert_eq!(parse_duration(text), Ok(d));
+        }
+    }
+
+    #[test]
+    fn speeds_parse() {
+        assert_eq!(parse_speed("max"), Some(None));
+        assert_eq!(parse_speed("realtime"), Some(Some(1.0)));
+        assert_eq!(parse_speed("x10"), Some(Some(10.0)));
+        assert_eq!(parse_speed("x0"), None);
+        assert_eq!(parse_speed("10"), None);
+    }
+}
