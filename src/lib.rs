@@ -12,6 +12,9 @@
 //! - [`data`]: samples and their files: dense and sparse rows behind one access type
 //!   ([`data::rows`]), CSV and LIBSVM readers ([`data::read`]), feature scaling
 //!   ([`data::scale`]), PU relabelling and row ranges.
+//! - [`engine`]: the daemon between sources and learners: model persistence in the state
+//!   directory ([`engine::store`]) and the atomically swapped active model
+//!   ([`engine::registry`]).
 //! - [`config`]: the daemon's TOML configuration: every key with its default and doc,
 //!   `NEYMAN_*` environment overrides, path resolution, checks that name the key, secrets that
 //!   redact themselves.
@@ -26,4 +29,5 @@ pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod data;
+pub mod engine;
 pub mod learn;

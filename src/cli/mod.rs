@@ -208,24 +208,7 @@ fn read_model(path: &Path) -> Result<Model, CliError> {
 
 /// Writes a file atomically: a temporary file beside it, fsync, rename.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| CliError::Usage(format!("{} is not a file path", path.display())))?;
-    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        CliError::file(path, e)
-    })
+    crate::engine::store::write_atomic(path, bytes).map_err(|e| CliError::file(path, e))
 }
 
 /// The threshold flags as a spec, if `--tau` was given.

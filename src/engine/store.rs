@@ -1,0 +1,447 @@
+//! Persistence of accepted models and of the model-version counter in the state directory.
+//!
+//! Layout of `state.dir`:
+//! - `version`: the highest model version ever issued, in decimal. [`ModelStore::next_version`]
+//!   writes the new value (atomically) *before* returning it, so a version is never issued twice,
+//!   even across a crash between issuing and saving.
+//! - `models/model-<version, 20 digits>.nmd`: one file per accepted model,
+//!   `codec::frame(b"NEYMANDM", 1, algorithm tag, bincode((ModelMeta, Model)))`; the newest
+//!   `keep` files are kept. The zero padding makes name order version order.
+//!
+//! Every write is atomic: a temporary file in the same directory, fsync, rename, fsync of the
+//! directory. A reader therefore sees either the old file or the whole new one; a file that still
+//! fails its checksum (disk fault, manual edit) is skipped with a warning and the previous one is
+//! used.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{self, CodecError};
+use crate::learn::model::Model;
+
+/// The first 8 bytes of a daemon model file.
+pub const MAGIC: &[u8; 8] = b"NEYMANDM";
+/// The daemon model file layout version.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Corrupt { path: String, message: String },
+}
+
+impl StoreError {
+    fn io(path: &Path, source: std::io::Error) -> StoreError {
+        StoreError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// What the daemon knows about a model besides the model itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelMeta {
+    /// Never reused, increasing in issue order.
+    pub version: u64,
+    /// Event time (epoch ms) of the newest event in the training windows: virtual time, so
+    /// replays are reproducible.
+    pub trained_at_ms: i64,
+    /// Hash of what makes models interchangeable: algorithm, dimension and model parameters.
+    /// On start only a model with the current fingerprint is resumed.
+    pub config_fingerprint: u64,
+    pub n_features: usize,
+    /// Training events per channel (positive, unlabeled, negative) in the snapshot.
+    pub window_sizes: [usize; 3],
+}
+
+/// A persisted model with its metadata.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredModel {
+    pub meta: ModelMeta,
+    pub model: Model,
+}
+
+impl StoredModel {
+    pub fn to_file_bytes(&self) -> Result<Vec<u8>, CodecError> {
+        let payload = codec::to_bytes(self)?;
+        Ok(codec::frame(
+            MAGIC,
+            FORMAT_VERSION,
+            algorithm_tag(&self.model),
+            &payload,
+        ))
+    }
+
+    pub fn from_file_bytes(bytes: &[u8]) -> Result<StoredModel, CodecError> {
+        let frame = codec::unframe(bytes, MAGIC, FORMAT_VERSION..=FORMAT_VERSION)?;
+        let stored: StoredModel = codec::from_bytes(frame.payload)?;
+        if algorithm_tag(&stored.model) != frame.tag {
+            return Err(CodecError::Decode(format!(
+                "the header says algorithm tag {} but the file holds a {} model",
+                frame.tag,
+                stored.model.algorithm()
+            )));
+        }
+        Ok(stored)
+    }
+}
+
+fn algorithm_tag(model: &Model) -> u8 {
+    match model {
+        Model::Usmo(_) => 1,
+        Model::Tfpl(_) => 2,
+    }
+}
+
+/// Writes `bytes` to `path` atomically: temporary file in the same directory, fsync, rename,
+/// then fsync of the directory so the rename itself survives a crash.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"))?;
+    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        // Directory fsync is how POSIX persists a rename; not every platform allows opening a
+        // directory, and the data itself is already safe, so a failure here is not an error.
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// A model file that could not be used on start, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skipped {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// The state directory.
+#[derive(Debug, Clone)]
+pub struct ModelStore {
+    dir: PathBuf,
+    keep: usize,
+}
+
+impl ModelStore {
+    /// Opens (creating when missing) `dir` and `dir/models`; keeps the newest `keep` models.
+    pub fn open(dir: &Path, keep: usize) -> Result<ModelStore, StoreError> {
+        let models = dir.join("models");
+        std::fs::create_dir_all(&models).map_err(|e| StoreError::io(&models, e))?;
+        Ok(ModelStore {
+            dir: dir.to_path_buf(),
+            keep: keep.max(1),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn counter_path(&self) -> PathBuf {
+        self.dir.join("version")
+    }
+
+    fn model_path(&self, version: u64) -> PathBuf {
+        self.dir
+            .join("models")
+            .join(format!("model-{version:020}.nmd"))
+    }
+
+    /// The highest version ever issued (0 when none), from the counter and the model files.
+    pub fn last_version(&self) -> Result<u64, StoreError> {
+        let path = self.counter_path();
+        let from_counter = match std::fs::read_to_string(&path) {
+            Ok(text) => text
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| StoreError::Corrupt {
+                    path: path.display().to_string(),
+                    message: format!("{:?} is not a version number", text.trim()),
+                })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(StoreError::io(&path, e)),
+        };
+        let from_files = self.scan(true)?.last().copied().unwrap_or(0);
+        Ok(from_counter.max(from_files))
+    }
+
+    /// Issues the next version and persists it before returning.
+    pub fn next_version(&self) -> Result<u64, StoreError> {
+        let next = self.last_version()? + 1;
+        let path = self.counter_path();
+        write_atomic(&path, format!("{next}\n").as_bytes())
+            .map_err(|e| StoreError::io(&path, e))?;
+        Ok(next)
+    }
+
+    /// Versions with a model file in service, ascending.
+    pub fn versions(&self) -> Result<Vec<u64>, StoreError> {
+        self.scan(false)
+    }
+
+    /// Versions with a file, in service or (with `retired`) retired too, ascending.
+    fn scan(&self, retired: bool) -> Result<Vec<u64>, StoreError> {
+        let models = self.dir.join("models");
+        let entries = std::fs::read_dir(&models).map_err(|e| StoreError::io(&models, e))?;
+        let mut versions = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io(&models, e))?;
+            let name = entry.file_name();
+            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("model-")) else {
+                continue;
+            };
+            let version = rest
+                .strip_suffix(".nmd")
+                .or_else(|| retired.then(|| rest.strip_suffix(".nmd.retired")).flatten())
+                .and_then(|s| s.parse::<u64>().ok());
+            versions.extend(version);
+        }
+        versions.sort_unstable();
+        Ok(versions)
+    }
+
+    /// Saves `stored` atomically, then deletes all but the newest `keep` model files.
+    pub fn save(&self, stored: &StoredModel) -> Result<PathBuf, StoreError> {
+        let path = self.model_path(stored.meta.version);
+        let bytes = stored.to_file_bytes().map_err(|e| StoreError::Corrupt {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        write_atomic(&path, &bytes).map_err(|e| StoreError::io(&path, e))?;
+        let versions = self.versions()?;
+        let excess = versions.len().saturating_sub(self.keep);
+        for &v in &versions[..excess] {
+            let old = self.model_path(v);
+            std::fs::remove_file(&old).map_err(|e| StoreError::io(&old, e))?;
+        }
+        Ok(path)
+    }
+
+    /// Takes a model out of service (rollback): its file is renamed to `….nmd.retired`, so a
+    /// restart does not resume it, but it stays on disk for inspection.
+    pub fn retire(&self, version: u64) -> Result<(), StoreError> {
+        let path = self.model_path(version);
+        let mut retired = path.clone().into_os_string();
+        retired.push(".retired");
+        std::fs::rename(&path, &retired).map_err(|e| StoreError::io(&path, e))
+    }
+
+    /// Reads one model file.
+    pub fn load(&self, version: u64) -> Result<StoredModel, StoreError> {
+        let path = self.model_path(version);
+        let bytes = std::fs::read(&path).map_err(|e| StoreError::io(&path, e))?;
+        StoredModel::from_file_bytes(&bytes).map_err(|e| StoreError::Corrupt {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The stored models usable now, newest first, with the files skipped on the way (corrupt
+    /// ones, or ones trained under another configuration). A directory I/O error is an error;
+    /// a bad file is not.
+    pub fn load_usable(
+        &self,
+        config_fingerprint: u64,
+    ) -> Result<(Vec<StoredModel>, Vec<Skipped>), StoreError> {
+        let mut usable = Vec::new();
+        let mut skipped = Vec::new();
+        for v in self.versions()?.into_iter().rev() {
+            match self.load(v) {
+                Ok(m) if m.meta.config_fingerprint == config_fingerprint => usable.push(m),
+                Ok(m) => skipped.push(Skipped {
+                    path: self.model_path(v),
+                    reason: format!(
+                        "trained under another configuration (fingerprint {:016x}, now {:016x})",
+                        m.meta.config_fingerprint, config_fingerprint
+                    ),
+                }),
+                Err(e) => skipped.push(Skipped {
+                    path: self.model_path(v),
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        Ok((usable, skipped))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use ndarray::array;
+
+    use super::*;
+    use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+    use crate::learn::kernel::Kernel;
+    use crate::learn::model::{Fingerprint, UsmoEntry};
+    use crate::learn::usmo::UsmoParams;
+
+    fn model() -> Model {
+        let data = Dataset {
+            rows: Rows::dense(array![
+                [1.0, 0.0],
+                [0.9, 0.1],
+                [0.0, 1.0],
+                [0.1, 0.8],
+                [0.8, 0.3]
+            ]),
+            labels: vec![
+                Label::Positive,
+                Label::Positive,
+                Label::Unlabeled,
+                Label::Unlabeled,
+                Label::Unlabeled,
+            ],
+            ids: (0..5).map(|i| i.to_string()).collect(),
+        };
+        let scaler = Scaler::fit(ScaleKind::None, &data.rows);
+        let mut fit = UsmoParams::new(0.3, 0.1, Kernel::Linear)
+            .check()
+            .expect("valid")
+            .fit(&data, &AtomicBool::new(false))
+            .expect("fit");
+        // The one field that differs between two identical fits.
+        fit.report.train_seconds = 0.0;
+        Model::Usmo(UsmoEntry {
+            scaler,
+            fit,
+            tol: 1e-3,
+            fingerprint: Fingerprint::of(&data),
+            threshold: None,
+        })
+    }
+
+    fn stored(version: u64, fingerprint: u64) -> StoredModel {
+        StoredModel {
+            meta: ModelMeta {
+                version,
+                trained_at_ms: 1_700_000_000_000 + version as i64,
+                config_fingerprint: fingerprint,
+                n_features: 2,
+                window_sizes: [2, 3, 0],
+            },
+            model: model(),
+        }
+    }
+
+    #[test]
+    fn versions_are_never_reused_and_only_the_newest_are_kept() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = ModelStore::open(dir.path(), 2).expect("open");
+        assert_eq!(store.last_version().expect("read"), 0);
+        for _ in 0..4 {
+            let v = store.next_version().expect("issue");
+            store.save(&stored(v, 7)).expect("save");
+        }
+        // Issued but never saved (e.g. a rejected retrain): still never reissued.
+        assert_eq!(store.next_version().expect("issue"), 5);
+        assert_eq!(store.versions().expect("list"), vec![3, 4]);
+        let reopened = ModelStore::open(dir.path(), 2).expect("open");
+        assert_eq!(reopened.next_version().expect("issue"), 6);
+        let (usable, skipped) = reopened.load_usable(7).expect("load");
+        assert_eq!(
+            usable.iter().map(|m| m.meta.version).collect::<Vec<_>>(),
+            vec![4, 3]
+        );
+        assert!(skipped.is_empty());
+        assert_eq!(usable[0], stored(4, 7));
+    }
+
+    #[test]
+    fn a_corrupt_newest_file_falls_back_to_the_previous_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = ModelStore::open(dir.path(), 5).expect("open");
+        for v in 1..=3 {
+            store.save(&stored(v, 7)).expect("save");
+        }
+        let newest = dir
+            .path()
+            .join("models")
+            .join(format!("model-{:020}.nmd", 3));
+        let mut bytes = std::fs::read(&newest).expect("read");
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        std::fs::write(&newest, &bytes).expect("corrupt");
+        let (usable, skipped) = store.load_usable(7).expect("load");
+        assert_eq!(usable[0].meta.version, 2);
+        assert_eq!(skipped.len(), 1);
+        assert!(
+            skipped[0].reason.contains("checksum"),
+            "{}",
+            skipped[0].reason
+        );
+    }
+
+    #[test]
+    fn models_of_another_configuration_are_skipped_with_the_reason() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = ModelStore::open(dir.path(), 5).expect("open");
+        store.save(&stored(1, 7)).expect("save");
+        store.save(&stored(2, 8)).expect("save");
+        let (usable, skipped) = store.load_usable(7).expect("load");
+        assert_eq!(usable.len(), 1);
+        assert_eq!(usable[0].meta.version, 1);
+        assert!(skipped[0].reason.contains("another configuration"));
+    }
+
+    #[test]
+    fn a_retired_model_is_not_resumed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = ModelStore::open(dir.path(), 5).expect("open");
+        store.save(&stored(1, 7)).expect("save");
+        store.save(&stored(2, 7)).expect("save");
+        store.retire(2).expect("retire");
+        assert_eq!(store.versions().expect("list"), vec![1]);
+        // Its version is still never reissued.
+        assert_eq!(store.next_version().expect("issue"), 3);
+    }
+
+    #[test]
+    fn a_garbled_counter_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = ModelStore::open(dir.path(), 5).expect("open");
+        std::fs::write(dir.path().join("version"), "twelve").expect("write");
+        let e = store.next_version().expect_err("garbled");
+        assert!(e.to_string().contains("version"), "{e}");
+        assert!(e.to_string().contains("twelve"), "{e}");
+    }
+
+    #[test]
+    fn every_truncation_of_a_model_file_is_rejected() {
+        let bytes = stored(1, 7).to_file_bytes().expect("encode");
+        assert_eq!(
+            StoredModel::from_file_bytes(&bytes).expect("decode"),
+            stored(1, 7)
+        );
+        for cut in [0, 7, 20, bytes.len() / 2, bytes.len() - 1] {
+            assert!(
+                StoredModel::from_file_bytes(&bytes[..cut]).is_err(),
+                "cut {cut}"
+            );
+        }
+    }
+}
