@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # The full test suite, with everything it needs installed first. README's second command;
-# .ci/run calls it. Today the suite needs only the Rust toolchain: the Kafka broker (tansu) and
-# promtool arrive with the daemon and Kafka issues and will be installed here.
+# .ci/run calls it. Installs: promtool (Debian `prometheus`, for the metrics lint test) when
+# missing. The Kafka broker (tansu) arrives with the Kafka issue and will be installed here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if ! command -v promtool >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all -- --check

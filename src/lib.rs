@@ -18,6 +18,7 @@
 //! - [`config`]: the daemon's TOML configuration: every key with its default and doc,
 //!   `NEYMAN_*` environment overrides, path resolution, checks that name the key, secrets that
 //!   redact themselves.
+//! - [`telemetry`]: the daemon's Prometheus metrics on an injected registry.
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
 //! - `main.rs`: the `neyman` command line (clap) and nothing else; the subcommands' work lives in
 //!   [`cli`].
@@ -31,3 +32,4 @@ pub mod config;
 pub mod data;
 pub mod engine;
 pub mod learn;
+pub mod telemetry;

@@ -1,0 +1,385 @@
+//! Prometheus metrics of the daemon, registered on an injected [`prometheus::Registry`] (no
+//! global state, so tests and several daemons in one process never share counters).
+//!
+//! Names follow the Prometheus conventions that `promtool check metrics` enforces: a `neyman_`
+//! prefix, base units in the name (`_seconds`, `_bytes`), `_total` on counters. Label values
+//! known in advance (channels, outcomes, retrain results) are created at zero, so a rate or an
+//! absence alert works before the first event of its kind. The README's metrics table documents
+//! each family; [`FAMILIES`] is the list it is checked against.
+
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// The channels an event can arrive on.
+pub const CHANNELS: [&str; 3] = ["positive", "unlabeled", "negative"];
+/// What happened to an arriving event.
+pub const EVENT_OUTCOMES: [&str; 6] = [
+    "windowed",
+    "duplicate",
+    "scored",
+    "buffered",
+    "unscored",
+    "rejected",
+];
+/// How a due retrain ended.
+pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
+
+/// Every metric family name, for the README check and the promtool test.
+pub const FAMILIES: [&str; 25] = [
+    "neyman_events_total",
+    "neyman_dlq_events_total",
+    "neyman_window_events",
+    "neyman_window_bytes",
+    "neyman_retrains_total",
+    "neyman_retrain_rejections_total",
+    "neyman_retrain_duration_seconds",
+    "neyman_solver_iterations_total",
+    "neyman_solver_kernel_evaluations_total",
+    "neyman_model_version",
+    "neyman_model_trained_at_seconds",
+    "neyman_model_age_seconds",
+    "neyman_threshold",
+    "neyman_target_fpr",
+    "neyman_fpr_bound",
+    "neyman_fpr_pu_estimate",
+    "neyman_tpr_estimate",
+    "neyman_fpr_observed",
+    "neyman_fpr_observed_negatives",
+    "neyman_fpr_observed_flagged",
+    "neyman_flag_rate",
+    "neyman_scoring_latency_seconds",
+    "neyman_http_requests_total",
+    "neyman_unscored_buffer_events",
+    "neyman_model_rollbacks_total",
+];
+
+/// The daemon's metric handles.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    /// Events by channel and outcome.
+    pub events: IntCounterVec,
+    /// Events sent to the dead-letter queue, by reason.
+    pub dlq: IntCounterVec,
+    /// Events held in each channel's window.
+    pub window_events: IntGaugeVec,
+    /// Approximate heap bytes of each channel's window.
+    pub window_bytes: IntGaugeVec,
+    /// Due retrains by result.
+    pub retrains: IntCounterVec,
+    /// Rejected retrains by gate reason.
+    pub retrain_rejections: IntCounterVec,
+    /// Wall time of retrains that ran (training and calibration), by algorithm.
+    pub retrain_duration: HistogramVec,
+    /// Pair steps (usmo) or gradient steps (tfpl) of every retrain.
+    pub solver_iterations: IntCounter,
+    /// Kernel values computed by every retrain.
+    pub solver_kernel_evaluations: IntCounter,
+    /// Version of the active model (0 before the first).
+    pub model_version: IntGauge,
+    /// Event time the active model was trained at, seconds since the epoch.
+    pub model_trained_at: Gauge,
+    /// Event time of the newest scored event minus `model_trained_at`.
+    pub model_age: Gauge,
+    /// The active model's score threshold.
+    pub threshold: Gauge,
+    /// τ, the target false-positive rate.
+    pub target_fpr: Gauge,
+    /// The active threshold's certified FPR bound (umbrella, pu-umbrella; NaN for oob).
+    pub fpr_bound: Gauge,
+    /// PU estimate of the FPR: (flag rate − π·TPR) / (1 − π) on recent unlabeled events.
+    pub fpr_pu_estimate: Gauge,
+    /// Held-out TPR estimate of the active model.
+    pub tpr_estimate: Gauge,
+    /// Flagged share of the negative-feedback events in the rolling window.
+    pub fpr_observed: Gauge,
+    /// Negative-feedback events in the rolling window (the denominator of `fpr_observed`).
+    pub fpr_observed_negatives: IntGauge,
+    /// Flagged negative-feedback events in the rolling window (the numerator).
+    pub fpr_observed_flagged: IntGauge,
+    /// Flagged share of recently scored unlabeled events.
+    pub flag_rate: Gauge,
+    /// Time to score one batch, per event.
+    pub scoring_latency: Histogram,
+    /// HTTP requests by route and status code.
+    pub http_requests: IntCounterVec,
+    /// Unlabeled events held until the first model exists.
+    pub unscored_buffer: IntGauge,
+    /// Rollbacks through the admin API.
+    pub rollbacks: IntCounter,
+}
+
+fn register<T: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: T,
+) -> Result<T, prometheus::Error> {
+    registry.register(Box::new(metric.clone()))?;
+    Ok(metric)
+}
+
+impl Metrics {
+    /// Creates every family on `registry` and zero-initialises the known label values.
+    pub fn new(registry: &Registry) -> Result<Metrics, prometheus::Error> {
+        let r = registry;
+        let events = register(
+            r,
+            IntCounterVec::new(
+                Opts::new("neyman_events_total", "Events by channel and outcome."),
+                &["channel", "outcome"],
+            )?,
+        )?;
+        for channel in CHANNELS {
+            for outcome in EVENT_OUTCOMES {
+                events.with_label_values(&[channel, outcome]);
+            }
+        }
+        let window_events = register(
+            r,
+            IntGaugeVec::new(
+                Opts::new(
+                    "neyman_window_events",
+                    "Events held in each channel's window.",
+                ),
+                &["channel"],
+            )?,
+        )?;
+        let window_bytes = register(
+            r,
+            IntGaugeVec::new(
+                Opts::new(
+                    "neyman_window_bytes",
+                    "Approximate heap bytes of each channel's window.",
+                ),
+                &["channel"],
+            )?,
+        )?;
+        for channel in CHANNELS {
+            window_events.with_label_values(&[channel]);
+            window_bytes.with_label_values(&[channel]);
+        }
+        let retrains = register(
+            r,
+            IntCounterVec::new(
+                Opts::new("neyman_retrains_total", "Due retrains by result."),
+                &["result"],
+            )?,
+        )?;
+        for result in RETRAIN_RESULTS {
+            retrains.with_label_values(&[result]);
+        }
+        let seconds_buckets = vec![
+            0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+        ];
+        Ok(Metrics {
+            events,
+            dlq: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "neyman_dlq_events_total",
+                        "Events sent to the dead-letter queue, by reason.",
+                    ),
+                    &["reason"],
+                )?,
+            )?,
+            window_events,
+            window_bytes,
+            retrains,
+            retrain_rejections: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "neyman_retrain_rejections_total",
+                        "Retrained models the gate rejected, by reason.",
+                    ),
+                    &["reason"],
+                )?,
+            )?,
+            retrain_duration: register(
+                r,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "neyman_retrain_duration_seconds",
+                        "Wall time of retrains (training and calibration), by algorithm.",
+                    )
+                    .buckets(seconds_buckets),
+                    &["algorithm"],
+                )?,
+            )?,
+            solver_iterations: register(
+                r,
+                IntCounter::new(
+                    "neyman_solver_iterations_total",
+                    "Solver steps of all retrains (usmo pair steps, tfpl gradient steps).",
+                )?,
+            )?,
+            solver_kernel_evaluations: register(
+                r,
+                IntCounter::new(
+                    "neyman_solver_kernel_evaluations_total",
+                    "Kernel values computed by all retrains.",
+                )?,
+            )?,
+            model_version: register(
+                r,
+                IntGauge::new(
+                    "neyman_model_version",
+                    "Version of the active model (0 before the first).",
+                )?,
+            )?,
+            model_trained_at: register(
+                r,
+                Gauge::new(
+                    "neyman_model_trained_at_seconds",
+                    "Event time the active model was trained at, seconds since the epoch.",
+                )?,
+            )?,
+            model_age: register(
+                r,
+                Gauge::new(
+                    "neyman_model_age_seconds",
+                    "Event time of the newest scored event minus the active model's training time.",
+                )?,
+            )?,
+            threshold: register(
+                r,
+                Gauge::new("neyman_threshold", "Score threshold of the active model.")?,
+            )?,
+            target_fpr: register(
+                r,
+                Gauge::new("neyman_target_fpr", "Target false-positive rate tau.")?,
+            )?,
+            fpr_bound: register(
+                r,
+                Gauge::new(
+                    "neyman_fpr_bound",
+                    "Certified FPR bound of the active threshold at confidence 1-delta (NaN for oob).",
+                )?,
+            )?,
+            fpr_pu_estimate: register(
+                r,
+                Gauge::new(
+                    "neyman_fpr_pu_estimate",
+                    "PU estimate of the FPR from the unlabeled flag rate, the prior and the held-out TPR.",
+                )?,
+            )?,
+            tpr_estimate: register(
+                r,
+                Gauge::new(
+                    "neyman_tpr_estimate",
+                    "Held-out true-positive rate estimate of the active model.",
+                )?,
+            )?,
+            fpr_observed: register(
+                r,
+                Gauge::new(
+                    "neyman_fpr_observed",
+                    "Flagged share of negative-feedback events in the rolling window.",
+                )?,
+            )?,
+            fpr_observed_negatives: register(
+                r,
+                IntGauge::new(
+                    "neyman_fpr_observed_negatives",
+                    "Negative-feedback events in the rolling window.",
+                )?,
+            )?,
+            fpr_observed_flagged: register(
+                r,
+                IntGauge::new(
+                    "neyman_fpr_observed_flagged",
+                    "Flagged negative-feedback events in the rolling window.",
+                )?,
+            )?,
+            flag_rate: register(
+                r,
+                Gauge::new(
+                    "neyman_flag_rate",
+                    "Flagged share of recently scored unlabeled events.",
+                )?,
+            )?,
+            scoring_latency: register(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "neyman_scoring_latency_seconds",
+                        "Scoring time per event (batch time divided by batch size).",
+                    )
+                    .buckets(vec![
+                        1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1,
+                    ]),
+                )?,
+            )?,
+            http_requests: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "neyman_http_requests_total",
+                        "HTTP requests by route and status code.",
+                    ),
+                    &["route", "status"],
+                )?,
+            )?,
+            unscored_buffer: register(
+                r,
+                IntGauge::new(
+                    "neyman_unscored_buffer_events",
+                    "Unlabeled events held until the first model exists.",
+                )?,
+            )?,
+            rollbacks: register(
+                r,
+                IntCounter::new(
+                    "neyman_model_rollbacks_total",
+                    "Rollbacks to the previous model through the admin API.",
+                )?,
+            )?,
+        })
+    }
+}
+
+/// The text exposition of `registry` (what `GET /metrics` serves).
+pub fn encode(registry: &Registry) -> Result<String, prometheus::Error> {
+    let mut out = Vec::new();
+    TextEncoder::new().encode(&registry.gather(), &mut out)?;
+    String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_exposed_once_with_zeroed_known_labels() {
+        let registry = Registry::new();
+        let m = Metrics::new(&registry).expect("metrics");
+        m.events
+            .with_label_values(&["unlabeled", "scored"])
+            .inc_by(3);
+        m.dlq.with_label_values(&["invalid_json"]).inc();
+        m.retrain_duration.with_label_values(&["usmo"]).observe(0.2);
+        m.retrain_rejections.with_label_values(&["fpr_bound"]).inc();
+        m.http_requests
+            .with_label_values(&["/v1/score", "200"])
+            .inc();
+        let text = encode(&registry).expect("encode");
+        for family in FAMILIES {
+            assert_eq!(
+                text.matches(&format!("# TYPE {family} ")).count(),
+                1,
+                "{family} in\n{text}"
+            );
+        }
+        assert!(text.contains("neyman_events_total{channel=\"unlabeled\",outcome=\"scored\"} 3"));
+        assert!(text.contains("neyman_events_total{channel=\"negative\",outcome=\"rejected\"} 0"));
+        assert!(text.contains("neyman_retrains_total{result=\"cancelled\"} 0"));
+        // A second daemon in the same process has its own registry.
+        let other = Registry::new();
+        Metrics::new(&other).expect("independent registry");
+        assert!(
+            Metrics::new(&registry).is_err(),
+            "names are unique per registry"
+        );
+    }
+}
