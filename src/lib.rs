@@ -12,14 +12,19 @@
 //! - [`data`]: samples and their files: dense and sparse rows behind one access type
 //!   ([`data::rows`]), CSV and LIBSVM readers ([`data::read`]), feature scaling
 //!   ([`data::scale`]), PU relabelling and row ranges.
+//! - [`stream`]: events and where they come from: the event payload and its intake validation
+//!   with stable rejection reasons ([`stream::event`]), the channels (positive, unlabeled,
+//!   negative), recorded-stream files ([`stream::record`]), the dead-letter file
+//!   ([`stream::dlq`]) and PU streams generated from labelled data ([`stream::make`]).
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
 //! - `main.rs`: the `neyman` command line (clap) and nothing else; the subcommands' work lives in
 //!   [`cli`].
 //!
-//! Dependencies point down: `cli` uses `data` and `learn`; `learn` uses only `data::rows` (the
+//! Dependencies point down: `cli` uses `stream`, `data` and `learn`; `stream` uses only `data`; `learn` uses only `data::rows` (the
 //! row type) and `data::scale` (the scaler stored in a model).
 
 pub mod cli;
 pub mod codec;
 pub mod data;
 pub mod learn;
+pub mod stream;
