@@ -16,15 +16,19 @@
 //!   with stable rejection reasons ([`stream::event`]), the channels (positive, unlabeled,
 //!   negative), recorded-stream files ([`stream::record`]), the dead-letter file
 //!   ([`stream::dlq`]) and PU streams generated from labelled data ([`stream::make`]).
+//! - [`engine`]: the daemon's state: per-channel sliding windows with eviction reports, source
+//!   watermarks and the stable calibration hash ([`engine::window`]).
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
 //! - `main.rs`: the `neyman` command line (clap) and nothing else; the subcommands' work lives in
 //!   [`cli`].
 //!
-//! Dependencies point down: `cli` uses `stream`, `data` and `learn`; `stream` uses only `data`; `learn` uses only `data::rows` (the
+//! Dependencies point down: `cli` uses `engine`, `stream`, `data` and `learn`; `engine` uses
+//! `stream` and `data` (and `learn` once it retrains); `stream` uses only `data`; `learn` uses only `data::rows` (the
 //! row type) and `data::scale` (the scaler stored in a model).
 
 pub mod cli;
 pub mod codec;
 pub mod data;
+pub mod engine;
 pub mod learn;
 pub mod stream;

@@ -1,0 +1,16 @@
+//! The daemon's state between the stream and the learner.
+//!
+//! - [`window`]: per-channel sliding windows (count, event-time age and byte bounds, dedup by
+//!   id, eviction reports and source low watermarks) and the stable hash that decides which
+//!   events calibrate instead of train ([`window::in_calibration`]).
+//!
+//! The engine owns the feature-dimension lock (the loaded model's, else the first valid
+//! event's) and hands it to [`crate::stream::parse_event`]. It depends on [`crate::stream`],
+//! [`crate::data`] and [`crate::learn`], never the other way round.
+
+pub mod window;
+
+pub use window::{
+    fnv1a64, in_calibration, Entry, EvictReason, Evicted, InsertOutcome, Snapshot, SourcePos,
+    Window, WindowConfig, WindowError,
+};
