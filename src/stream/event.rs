@@ -219,7 +219,9 @@ fn is_out_of_range(e: &serde_json::Error) -> bool {
 /// `expected_dim` is the locked feature dimension (the loaded model's, or the first valid
 /// event's); `None` before anything is locked, and then a dense event's length or a sparse
 /// event's `dim` is taken as is. Checks run in this order: size, UTF-8, JSON object, id, ts,
-/// `x` shape, sparse structure, dimension, index range, finite values, meta.
+/// `x` shape, sparse structure, dimension, index range, finite values, meta; except that a
+/// number beyond the f64 range is found while `x` is read, so it is `non_finite` whatever the
+/// dimension.
 pub fn parse_event(
     payload: &[u8],
     expected_dim: Option<usize>,
@@ -658,6 +660,47 @@ mod tests {
         let names: Vec<&str> = RejectReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(names[0], "too_large");
         assert!(names.contains(&"dimension_mismatch"));
+    }
+
+    #[test]
+    fn the_json_schema_matches_the_parser() {
+        let schema: Value =
+            serde_json::from_str(include_str!("../../docs/event.schema.json")).unwrap();
+        let names = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+        assert_eq!(names(&schema["required"]), REQUIRED_FIELDS);
+        assert_eq!(keys(&schema["properties"]), ["id", "meta", "ts", "x"]);
+        let id = &schema["properties"]["id"];
+        assert_eq!(id["maxLength"], json!(EventLimits::default().max_id_len));
+        assert_eq!(id["minLength"], json!(1));
+        let sparse = &schema["properties"]["x"]["oneOf"][1];
+        assert_eq!(names(&sparse["required"]), ["indices", "values"]);
+        assert_eq!(keys(&sparse["properties"]), ["dim", "indices", "values"]);
+        assert_eq!(
+            sparse["properties"]["indices"]["items"]["maximum"],
+            json!(u32::MAX)
+        );
+        // The examples parse, and dropping a required field is that field's rejection.
+        let examples = schema["examples"].as_array().unwrap();
+        assert_eq!(examples.len(), 2);
+        for example in examples {
+            parse(&example.to_string(), None).unwrap();
+        }
+        for (field, want) in REQUIRED_FIELDS.iter().zip([
+            RejectReason::MissingId,
+            RejectReason::MissingTs,
+            RejectReason::MissingFeatures,
+        ]) {
+            let mut without = examples[0].clone();
+            without.as_object_mut().unwrap().remove(*field);
+            assert_eq!(reason(&without.to_string(), None), want, "{field}");
+        }
     }
 
     #[test]

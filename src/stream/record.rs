@@ -540,6 +540,40 @@ mod tests {
     }
 
     #[test]
+    fn the_json_schema_matches_the_reader() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../docs/record.schema.json")).unwrap();
+        assert_eq!(schema["required"], serde_json::json!(["channel", "ts"]));
+        let channels: Vec<&str> = Channel::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            schema["properties"]["channel"]["enum"],
+            serde_json::json!(channels)
+        );
+        // The fields of a record with everything set (its payload is binary, so add the
+        // text form) are exactly the schema's properties.
+        let written: serde_json::Value = serde_json::from_str(&sample()[1].to_json_line()).unwrap();
+        let mut properties: Vec<String> = schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        properties.sort();
+        let mut all: Vec<String> = written
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .chain(["payload".to_owned()])
+            .collect();
+        all.sort();
+        assert_eq!(all, properties);
+        for example in schema["examples"].as_array().unwrap() {
+            Record::from_json_line(&example.to_string()).unwrap();
+        }
+    }
+
+    #[test]
     fn a_missing_file_is_an_open_error() {
         let err = RecordReader::open(Path::new("/nonexistent/x.jsonl"))
             .err()
