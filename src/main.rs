@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use clap::Parser;
 use neyman::cli::{
     self,
-    args::{BenchCommand, Cli, Command, ModelCommand},
+    args::{BenchCommand, Cli, Command, ModelCommand, StreamCommand},
 };
 
 fn main() -> ExitCode {
@@ -37,6 +37,9 @@ fn main() -> ExitCode {
         Command::Bench {
             command: BenchCommand::Projection(a),
         } => cli::bench::projection(a),
+        Command::Stream {
+            command: StreamCommand::Make(a),
+        } => cli::stream::make(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,6 +6,7 @@
 pub mod args;
 pub mod bench;
 mod eval;
+pub mod stream;
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -207,6 +208,17 @@ fn read_model(path: &Path) -> Result<Model, CliError> {
 
 /// Writes a file atomically: a temporary file beside it, fsync, rename.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    write_atomic_with(path, |file| {
+        file.write_all(bytes).map_err(|e| CliError::file(path, e))
+    })
+}
+
+/// Like [`write_atomic`], with `fill` writing the content (for output too large to hold in
+/// memory). The temporary file is removed when `fill` or a later step fails.
+fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<(), CliError>,
+) -> Result<(), CliError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -216,15 +228,19 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
         .ok_or_else(|| CliError::Usage(format!("{} is not a file path", path.display())))?;
     let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
     let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
+        let file = std::fs::File::create(&tmp).map_err(|e| CliError::file(path, e))?;
+        let mut out = std::io::BufWriter::new(file);
+        fill(&mut out)?;
+        let file = out
+            .into_inner()
+            .map_err(|e| CliError::file(path, e.error()))?;
+        file.sync_all().map_err(|e| CliError::file(path, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| CliError::file(path, e))
     })();
-    result.map_err(|e| {
+    if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
-        CliError::file(path, e)
-    })
+    }
+    result
 }
 
 /// The threshold flags as a spec, if `--tau` was given.
