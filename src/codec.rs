@@ -148,6 +148,37 @@ fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
     Some(*head)
 }
 
+/// 64-bit FNV-1a, fed in pieces: a fixed, documented function (unlike `std`'s
+/// `DefaultHasher`, whose output may change between Rust releases), for hashes that are stored
+/// or that decide membership and so must never move.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Fnv1a(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv1a {
+    pub fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    pub fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// [`Fnv1a`] of one byte string.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h = Fnv1a::default();
+    h.write(bytes);
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

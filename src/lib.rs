@@ -12,19 +12,25 @@
 //! - [`data`]: samples and their files: dense and sparse rows behind one access type
 //!   ([`data::rows`]), CSV and LIBSVM readers ([`data::read`]), feature scaling
 //!   ([`data::scale`]), PU relabelling and row ranges.
-//! - [`engine`]: the daemon between sources and learners: model persistence in the state
-//!   directory ([`engine::store`]) and the atomically swapped active model
-//!   ([`engine::registry`]).
 //! - [`config`]: the daemon's TOML configuration: every key with its default and doc,
 //!   `NEYMAN_*` environment overrides, path resolution, checks that name the key, secrets that
 //!   redact themselves.
 //! - [`telemetry`]: the daemon's Prometheus metrics on an injected registry.
+//! - [`stream`]: events and where they come from: the event payload and its intake validation
+//!   with stable rejection reasons ([`stream::event`]), the channels (positive, unlabeled,
+//!   negative), recorded-stream files ([`stream::record`]), the dead-letter file
+//!   ([`stream::dlq`]) and PU streams generated from labelled data ([`stream::make`]).
+//! - [`engine`]: the daemon's state: per-channel sliding windows with eviction reports, source
+//!   watermarks and the stable calibration hash ([`engine::window`]), model persistence in the
+//!   state directory ([`engine::store`]) and the atomically swapped active model
+//!   ([`engine::registry`]).
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
 //! - `main.rs`: the `neyman` command line (clap) and nothing else; the subcommands' work lives in
 //!   [`cli`].
 //!
-//! Dependencies point down: `cli` uses `data` and `learn`; `learn` uses only `data::rows` (the
-//! row type) and `data::scale` (the scaler stored in a model).
+//! Dependencies point down: `cli` uses everything; `engine` uses `stream`, `data`, `learn`,
+//! `config` and `telemetry`; `stream` uses only `data`; `learn` uses only `data::rows` (the row
+//! type) and `data::scale` (the scaler stored in a model).
 
 pub mod cli;
 pub mod codec;
@@ -32,4 +38,5 @@ pub mod config;
 pub mod data;
 pub mod engine;
 pub mod learn;
+pub mod stream;
 pub mod telemetry;

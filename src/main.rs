@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use clap::Parser;
 use neyman::cli::{
     self,
-    args::{BenchCommand, Cli, Command, ConfigCommand, ModelCommand},
+    args::{BenchCommand, Cli, Command, ConfigCommand, ModelCommand, StreamCommand},
 };
 
 fn main() -> ExitCode {
@@ -40,6 +40,9 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Check { file },
         } => cli::config_check(file),
+        Command::Stream {
+            command: StreamCommand::Make(a),
+        } => cli::stream::make(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -839,10 +839,10 @@ fn usage_errors_exit_2() {
             None,
         ),
         (
-            "--time-limit 10d",
+            "--time-limit 10w",
             train(
                 HEART,
-                &with(&[&good[..], &["--time-limit", "10d"]].concat()),
+                &with(&[&good[..], &["--time-limit", "10w"]].concat()),
             ),
             None,
         ),
@@ -888,9 +888,9 @@ fn usage_errors_exit_2() {
     // clap's messages name the offending value.
     let run = train(
         HEART,
-        &with(&[&good[..], &["--time-limit", "10d"]].concat()),
+        &with(&[&good[..], &["--time-limit", "10w"]].concat()),
     );
-    assert!(run.stderr.contains("10d"), "{}", run.stderr);
+    assert!(run.stderr.contains("10w"), "{}", run.stderr);
     let run = train(HEART, &with(&[&good[..], &["--no-such-flag"]].concat()));
     assert!(run.stderr.contains("--no-such-flag"), "{}", run.stderr);
     // The unknown-extension message names the file and the way out.

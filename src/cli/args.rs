@@ -43,6 +43,11 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Recorded-stream tools.
+    Stream {
+        #[command(subcommand)]
+        command: StreamCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,6 +55,44 @@ pub enum ConfigCommand {
     /// Validate a config file (with the NEYMAN_* environment applied) and print the effective
     /// configuration: secrets redacted, environment-set keys marked.
     Check { file: PathBuf },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StreamCommand {
+    /// Turn a labelled data file (labels 1/-1) into a recorded PU stream.
+    Make(StreamMakeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StreamMakeArgs {
+    /// Data file with labels 1 and -1: CSV with a header, or LIBSVM/svmlight; optionally .gz.
+    #[arg(long)]
+    pub data: PathBuf,
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// F: the share of positives sent to channel `positive` (the rest go to `unlabeled`).
+    #[arg(allow_negative_numbers = true, long)]
+    pub pu_labeled_fraction: f64,
+    /// G: the share of negatives sent to channel `negative` (the rest go to `unlabeled`).
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0.0)]
+    pub negative_feedback_fraction: f64,
+    /// Seed of the channel draws, the order and the arrival gaps.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Mean events per second (exponential gaps).
+    #[arg(allow_negative_numbers = true, long)]
+    pub rate: f64,
+    /// Total events, cycling the rows with fresh ids (default: each row once).
+    #[arg(long)]
+    pub events: Option<usize>,
+    /// Time of the first event, epoch ms (default 2026-01-01T00:00:00Z).
+    #[arg(allow_negative_numbers = true, long, default_value_t = crate::stream::make::DEFAULT_START_MS)]
+    pub start_ms: i64,
+    /// Output: JSON Lines, gzip'd when the name ends in .gz; written atomically.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
 }
 
 #[derive(Debug, Subcommand)]

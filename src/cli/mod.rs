@@ -6,6 +6,7 @@
 pub mod args;
 pub mod bench;
 mod eval;
+pub mod stream;
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -208,7 +209,18 @@ fn read_model(path: &Path) -> Result<Model, CliError> {
 
 /// Writes a file atomically: a temporary file beside it, fsync, rename.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    crate::engine::store::write_atomic(path, bytes).map_err(|e| CliError::file(path, e))
+    write_atomic_with(path, |file| {
+        file.write_all(bytes).map_err(|e| CliError::file(path, e))
+    })
+}
+
+/// Like [`write_atomic`], with `fill` writing the content (for output too large to hold in
+/// memory). The temporary file is removed when `fill` or a later step fails.
+fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    crate::engine::store::write_atomic_with(path, fill, |e| CliError::file(path, e))
 }
 
 /// The threshold flags as a spec, if `--tau` was given.

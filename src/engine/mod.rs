@@ -1,5 +1,21 @@
-//! The daemon's moving parts between the sources and the learners: model persistence
-//! ([`store`]) and the active-model registry ([`registry`]).
+//! The daemon's state between the stream and the learner.
+//!
+//! - [`window`]: per-channel sliding windows (count, event-time age and byte bounds, dedup by
+//!   id, eviction reports and source low watermarks) and the stable hash that decides which
+//!   events calibrate instead of train ([`window::in_calibration`]).
+//! - [`store`]: accepted models and the never-reused version counter in the state directory,
+//!   written atomically.
+//! - [`registry`]: the active model, swapped atomically, and the accepted history for rollback.
+//!
+//! The engine owns the feature-dimension lock (the loaded model's, else the first valid
+//! event's) and hands it to [`crate::stream::parse_event`]. It depends on [`crate::stream`],
+//! [`crate::data`] and [`crate::learn`], never the other way round.
 
 pub mod registry;
 pub mod store;
+pub mod window;
+
+pub use window::{
+    fnv1a64, in_calibration, Entry, EvictReason, Evicted, InsertOutcome, Snapshot, SourcePos,
+    Window, WindowConfig, WindowError,
+};

@@ -66,7 +66,7 @@ pub struct Fingerprint {
 
 impl Fingerprint {
     pub fn of(data: &Dataset) -> Fingerprint {
-        let mut h = Fnv1a::default();
+        let mut h = codec::Fnv1a::default();
         let mut dense = vec![0.0; data.rows.n_features()];
         for i in 0..data.len() {
             h.write(data.ids[i].as_bytes());
@@ -82,23 +82,7 @@ impl Fingerprint {
             n_positive: data.count(Label::Positive),
             n_unlabeled: data.count(Label::Unlabeled),
             n_negative: data.count(Label::Negative),
-            hash: h.0,
-        }
-    }
-}
-
-struct Fnv1a(u64);
-
-impl Default for Fnv1a {
-    fn default() -> Self {
-        Fnv1a(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv1a {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+            hash: h.finish(),
         }
     }
 }

@@ -1,0 +1,575 @@
+//! One channel's sliding window of events, and which events calibrate instead of train.
+//!
+//! A [`Window`] keeps the most recent events of a channel under three bounds: a count, an age
+//! (event time, relative to the newest `ts` seen, so replaying a recording behaves exactly like
+//! the live stream) and approximate heap bytes. Events are keyed by id: a redelivered event
+//! (at-least-once delivery) is reported as a duplicate and counted once. An id that has left
+//! the window is forgotten, so a redelivery after eviction counts as new.
+//!
+//! Every insertion reports what it evicted, and each stored event may remember its source
+//! `(partition, offset)`, so the Kafka layer can ask for the low watermark of what the window
+//! still holds ([`Window::oldest_offset_per_partition`]).
+//!
+//! Orders are deterministic: the snapshot and iteration follow insertion order; evictions come
+//! out oldest first. The id index is a hash map used for lookups only, never iterated.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::data::{CsrMatrix, Rows};
+use crate::stream::Features;
+
+/// The bounds of one window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowConfig {
+    /// At most this many events (≥ 1).
+    pub max_events: usize,
+    /// Events with `ts < newest_ts − max_age_ms` leave the window; `None`: no age bound.
+    pub max_age_ms: Option<i64>,
+    /// At most this many approximate heap bytes ([`Window::bytes`]); `None`: no byte bound.
+    pub max_bytes: Option<usize>,
+}
+
+/// Where an event was read from (Kafka partition and offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SourcePos {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// One stored event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub id: String,
+    /// Event time, epoch ms.
+    pub ts: i64,
+    pub x: Features,
+    pub source: Option<SourcePos>,
+}
+
+/// Bytes charged per entry beyond its id and feature heap bytes: the entry itself plus the
+/// nodes of the four indexes (order, id, time, source). An estimate, fixed so that the
+/// accounting is reproducible.
+pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + 96;
+
+impl Entry {
+    /// Approximate heap bytes this entry costs the window: its feature values, its id twice
+    /// (the entry and the id index hold one copy each) and [`ENTRY_OVERHEAD`].
+    pub fn bytes(&self) -> usize {
+        self.x.heap_bytes() + 2 * self.id.len() + ENTRY_OVERHEAD
+    }
+}
+
+/// Which bound pushed an event out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EvictReason {
+    Age,
+    Count,
+    Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evicted {
+    pub entry: Entry,
+    pub reason: EvictReason,
+}
+
+/// What [`Window::insert`] did with an event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InsertOutcome {
+    /// Stored. `evicted` lists what left to make room or aged out, oldest first.
+    Added { evicted: Vec<Evicted> },
+    /// The id is already in the window; nothing changed.
+    Duplicate,
+    /// Older than the age bound allows relative to the newest event seen; not stored.
+    TooOld,
+    /// The event alone is larger than the byte bound; not stored.
+    TooLarge,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    #[error("invalid window bounds: {0}")]
+    Config(String),
+    #[error("event {id:?} has {dim} features, the snapshot {expected}")]
+    Dimension {
+        id: String,
+        dim: usize,
+        expected: usize,
+    },
+}
+
+/// The window's events as training rows, in insertion order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub ids: Vec<String>,
+    pub ts: Vec<i64>,
+    /// Dense when every event is dense, else CSR (dense events keep their non-zeros).
+    pub rows: Rows,
+}
+
+#[derive(Debug, Clone)]
+pub struct Window {
+    config: WindowConfig,
+    /// Insertion sequence number → entry: the insertion order.
+    entries: BTreeMap<u64, Entry>,
+    by_id: HashMap<String, u64>,
+    by_ts: BTreeSet<(i64, u64)>,
+    by_source: BTreeSet<(i32, i64, u64)>,
+    next_seq: u64,
+    newest_ts: Option<i64>,
+    bytes: usize,
+}
+
+impl Window {
+    pub fn new(config: WindowConfig) -> Result<Window, WindowError> {
+        if config.max_events == 0 {
+            return Err(WindowError::Config("max_events must be at least 1".into()));
+        }
+        if config.max_age_ms.is_some_and(|a| a < 0) {
+            return Err(WindowError::Config(
+                "max_age_ms must not be negative".into(),
+            ));
+        }
+        Ok(Window {
+            config,
+            entries: BTreeMap::new(),
+            by_id: HashMap::new(),
+            by_ts: BTreeSet::new(),
+            by_source: BTreeSet::new(),
+            next_seq: 0,
+            newest_ts: None,
+            bytes: 0,
+        })
+    }
+
+    pub fn config(&self) -> &WindowConfig {
+        &self.config
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Approximate heap bytes of the stored events (sum of [`Entry::bytes`]).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The newest event time seen, stored or not (duplicates excepted).
+    pub fn newest_ts(&self) -> Option<i64> {
+        self.newest_ts
+    }
+
+    pub fn contains(&self, id: &str) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    /// The stored events, oldest insertion first.
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values()
+    }
+
+    /// The oldest `ts` still allowed, given the newest seen.
+    fn cutoff(&self) -> Option<i64> {
+        Some(self.newest_ts?.saturating_sub(self.config.max_age_ms?))
+    }
+
+    /// Adds an event unless its id is already stored, then applies the bounds: age first,
+    /// then count, then bytes.
+    pub fn insert(&mut self, entry: Entry) -> InsertOutcome {
+        if self.by_id.contains_key(&entry.id) {
+            return InsertOutcome::Duplicate;
+        }
+        if self.cutoff().is_some_and(|c| entry.ts < c) {
+            return InsertOutcome::TooOld;
+        }
+        let size = entry.bytes();
+        if self.config.max_bytes.is_some_and(|m| size > m) {
+            return InsertOutcome::TooLarge;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.newest_ts = Some(self.newest_ts.map_or(entry.ts, |n| n.max(entry.ts)));
+        self.by_id.insert(entry.id.clone(), seq);
+        self.by_ts.insert((entry.ts, seq));
+        if let Some(s) = entry.source {
+            self.by_source.insert((s.partition, s.offset, seq));
+        }
+        self.bytes += size;
+        self.entries.insert(seq, entry);
+
+        let mut evicted = Vec::new();
+        if let Some(cutoff) = self.cutoff() {
+            while let Some(&(ts, seq)) = self.by_ts.first() {
+                if ts >= cutoff {
+                    break;
+                }
+                evicted.extend(self.remove(seq, EvictReason::Age));
+            }
+        }
+        while self.entries.len() > self.config.max_events {
+            let oldest = self.entries.keys().next().copied();
+            evicted.extend(oldest.and_then(|s| self.remove(s, EvictReason::Count)));
+        }
+        if let Some(max) = self.config.max_bytes {
+            while self.bytes > max {
+                let oldest = self.entries.keys().next().copied();
+                match oldest.and_then(|s| self.remove(s, EvictReason::Bytes)) {
+                    Some(e) => evicted.push(e),
+                    None => break,
+                }
+            }
+        }
+        InsertOutcome::Added { evicted }
+    }
+
+    fn remove(&mut self, seq: u64, reason: EvictReason) -> Option<Evicted> {
+        let entry = self.entries.remove(&seq)?;
+        self.by_id.remove(&entry.id);
+        self.by_ts.remove(&(entry.ts, seq));
+        if let Some(s) = entry.source {
+            self.by_source.remove(&(s.partition, s.offset, seq));
+        }
+        self.bytes -= entry.bytes();
+        Some(Evicted { entry, reason })
+    }
+
+    /// The smallest source offset still stored, per partition. Offsets below it are no longer
+    /// needed by this window (it is the low watermark a Kafka consumer may commit up to).
+    pub fn oldest_offset_per_partition(&self) -> BTreeMap<i32, i64> {
+        let mut out = BTreeMap::new();
+        let mut next = self.by_source.first().copied();
+        while let Some((partition, offset, _)) = next {
+            out.insert(partition, offset);
+            next = match partition.checked_add(1) {
+                Some(p) => self.by_source.range((p, i64::MIN, 0)..).next().copied(),
+                None => None,
+            };
+        }
+        out
+    }
+
+    /// The stored events as rows with `n_features` columns, in insertion order.
+    pub fn snapshot(&self, n_features: usize) -> Result<Snapshot, WindowError> {
+        let check = |e: &Entry| {
+            if e.x.dim() == n_features {
+                Ok(())
+            } else {
+                Err(WindowError::Dimension {
+                    id: e.id.clone(),
+                    dim: e.x.dim(),
+                    expected: n_features,
+                })
+            }
+        };
+        let all_dense = self
+            .entries
+            .values()
+            .all(|e| matches!(e.x, Features::Dense(_)));
+        let rows = if all_dense {
+            let mut flat = Vec::with_capacity(self.len() * n_features);
+            for e in self.entries.values() {
+                check(e)?;
+                if let Features::Dense(x) = &e.x {
+                    flat.extend_from_slice(x);
+                }
+            }
+            let matrix = ndarray::Array2::from_shape_vec((self.len(), n_features), flat)
+                .map_err(|e| WindowError::Config(e.to_string()))?;
+            Rows::dense(matrix)
+        } else {
+            let mut csr = CsrMatrix::new(n_features);
+            let (mut idx, mut val) = (Vec::new(), Vec::new());
+            for e in self.entries.values() {
+                check(e)?;
+                idx.clear();
+                val.clear();
+                match &e.x {
+                    Features::Dense(x) => {
+                        for (j, &v) in x.iter().enumerate().filter(|(_, v)| **v != 0.0) {
+                            idx.push(j as u32);
+                            val.push(v);
+                        }
+                    }
+                    Features::Sparse {
+                        indices, values, ..
+                    } => {
+                        idx.extend_from_slice(indices);
+                        val.extend_from_slice(values);
+                    }
+                }
+                csr.push_row(&idx, &val)
+                    .map_err(|err| WindowError::Config(format!("event {:?}: {err}", e.id)))?;
+            }
+            Rows::Sparse(csr)
+        };
+        Ok(Snapshot {
+            ids: self.entries.values().map(|e| e.id.clone()).collect(),
+            ts: self.entries.values().map(|e| e.ts).collect(),
+            rows,
+        })
+    }
+}
+
+pub use crate::codec::fnv1a64;
+
+/// Whether the event with this id is held out for calibration: `fnv1a64(id) mod 100 <
+/// percent`. Stable across restarts, replicas and platforms, so an event never trains one
+/// model and calibrates the next. `percent ≥ 100` holds out everything.
+pub fn in_calibration(id: &str, percent: u8) -> bool {
+    fnv1a64(id.as_bytes()) % 100 < u64::from(percent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(
+        max_events: usize,
+        max_age_ms: Option<i64>,
+        max_bytes: Option<usize>,
+    ) -> WindowConfig {
+        WindowConfig {
+            max_events,
+            max_age_ms,
+            max_bytes,
+        }
+    }
+
+    fn dense(id: &str, ts: i64, x: &[f64]) -> Entry {
+        Entry {
+            id: id.into(),
+            ts,
+            x: Features::Dense(x.to_vec()),
+            source: None,
+        }
+    }
+
+    fn at(id: &str, ts: i64, partition: i32, offset: i64) -> Entry {
+        Entry {
+            source: Some(SourcePos { partition, offset }),
+            ..dense(id, ts, &[1.0])
+        }
+    }
+
+    fn evicted_ids(outcome: &InsertOutcome) -> Vec<(String, EvictReason)> {
+        match outcome {
+            InsertOutcome::Added { evicted } => evicted
+                .iter()
+                .map(|e| (e.entry.id.clone(), e.reason))
+                .collect(),
+            other => panic!("not added: {other:?}"),
+        }
+    }
+
+    fn ids(w: &Window) -> Vec<&str> {
+        w.iter().map(|e| e.id.as_str()).collect()
+    }
+
+    #[test]
+    fn count_bound_evicts_the_oldest_insertion() {
+        let mut w = Window::new(config(3, None, None)).unwrap();
+        for (k, id) in ["a", "b", "c"].iter().enumerate() {
+            assert!(evicted_ids(&w.insert(dense(id, k as i64, &[0.0]))).is_empty());
+        }
+        // Insertion order, not time order, decides: "d" is older but arrives last.
+        let out = w.insert(dense("d", -5, &[0.0]));
+        assert_eq!(evicted_ids(&out), [("a".to_owned(), EvictReason::Count)]);
+        assert_eq!(ids(&w), ["b", "c", "d"]);
+        assert_eq!(w.len(), 3);
+        assert_eq!(w.newest_ts(), Some(2));
+    }
+
+    #[test]
+    fn age_bound_follows_the_newest_event_time() {
+        let mut w = Window::new(config(100, Some(1000), None)).unwrap();
+        w.insert(dense("a", 0, &[0.0]));
+        w.insert(dense("b", 600, &[0.0]));
+        w.insert(dense("late", 100, &[0.0]));
+        // Newest 1500: cutoff 500 drops a (0) and late (100), oldest time first.
+        let out = w.insert(dense("c", 1500, &[0.0]));
+        assert_eq!(
+            evicted_ids(&out),
+            [
+                ("a".to_owned(), EvictReason::Age),
+                ("late".to_owned(), EvictReason::Age)
+            ]
+        );
+        assert_eq!(ids(&w), ["b", "c"]);
+        // Exactly at the cutoff stays; below it is refused.
+        assert!(evicted_ids(&w.insert(dense("edge", 500, &[0.0]))).is_empty());
+        assert_eq!(w.insert(dense("old", 499, &[0.0])), InsertOutcome::TooOld);
+        assert_eq!(ids(&w), ["b", "c", "edge"]);
+        // An event that is not the newest does not move the cutoff.
+        assert_eq!(w.newest_ts(), Some(1500));
+    }
+
+    #[test]
+    fn duplicates_count_once() {
+        let mut w = Window::new(config(2, None, None)).unwrap();
+        w.insert(dense("a", 1, &[1.0]));
+        let bytes = w.bytes();
+        assert_eq!(w.insert(dense("a", 9, &[2.0])), InsertOutcome::Duplicate);
+        assert_eq!((w.len(), w.bytes(), w.newest_ts()), (1, bytes, Some(1)));
+        assert_eq!(w.iter().next().unwrap().x, Features::Dense(vec![1.0]));
+        // Once evicted, the id is forgotten.
+        w.insert(dense("b", 2, &[1.0]));
+        w.insert(dense("c", 3, &[1.0]));
+        assert!(!w.contains("a"));
+        assert_eq!(
+            evicted_ids(&w.insert(dense("a", 4, &[1.0]))),
+            [("b".to_owned(), EvictReason::Count)]
+        );
+    }
+
+    #[test]
+    fn bytes_are_accounted_and_bounded() {
+        let per = |features: usize, id_len: usize| 8 * features + 2 * id_len + ENTRY_OVERHEAD;
+        let mut w = Window::new(config(100, None, Some(3 * per(4, 2)))).unwrap();
+        assert_eq!(w.bytes(), 0);
+        w.insert(dense("e1", 0, &[1.0; 4]));
+        assert_eq!(w.bytes(), per(4, 2));
+        let sparse = Entry {
+            id: "s1".into(),
+            ts: 0,
+            x: Features::Sparse {
+                dim: 1000,
+                indices: vec![3, 999],
+                values: vec![1.0, 2.0],
+            },
+            source: None,
+        };
+        assert_eq!(sparse.bytes(), 2 * 4 + 2 * 8 + 4 + ENTRY_OVERHEAD);
+        w.insert(sparse);
+        assert_eq!(w.bytes(), per(4, 2) + 28 + ENTRY_OVERHEAD);
+        w.insert(dense("e2", 0, &[1.0; 4]));
+        // A fourth 4-feature event exceeds 3 of them: the oldest leaves.
+        let out = w.insert(dense("e3", 0, &[1.0; 4]));
+        assert_eq!(evicted_ids(&out), [("e1".to_owned(), EvictReason::Bytes)]);
+        assert_eq!(w.bytes(), 2 * per(4, 2) + 28 + ENTRY_OVERHEAD);
+        assert_eq!(
+            w.insert(dense("big", 0, &[1.0; 500])),
+            InsertOutcome::TooLarge
+        );
+        assert_eq!(ids(&w), ["s1", "e2", "e3"]);
+    }
+
+    #[test]
+    fn watermark_is_the_oldest_stored_offset_per_partition() {
+        let mut w = Window::new(config(3, None, None)).unwrap();
+        assert!(w.oldest_offset_per_partition().is_empty());
+        w.insert(at("a", 0, 1, 5));
+        w.insert(at("b", 0, 0, 7));
+        w.insert(at("c", 0, 1, 8));
+        assert_eq!(
+            w.oldest_offset_per_partition(),
+            BTreeMap::from([(0, 7), (1, 5)])
+        );
+        // Evicting "a" moves partition 1's low watermark to "c"; an event without a source
+        // does not take part.
+        w.insert(dense("no-source", 0, &[1.0]));
+        assert_eq!(
+            w.oldest_offset_per_partition(),
+            BTreeMap::from([(0, 7), (1, 8)])
+        );
+        // Offsets need not arrive in order; extreme partition numbers work.
+        let mut w = Window::new(config(10, None, None)).unwrap();
+        w.insert(at("p", 0, 1, 9));
+        w.insert(at("q", 0, 1, 4));
+        w.insert(at("r", 0, i32::MAX, 3));
+        w.insert(at("s", 0, -1, 5));
+        assert_eq!(
+            w.oldest_offset_per_partition(),
+            BTreeMap::from([(-1, 5), (1, 4), (i32::MAX, 3)])
+        );
+    }
+
+    #[test]
+    fn snapshot_is_in_insertion_order() {
+        let mut w = Window::new(config(10, None, None)).unwrap();
+        w.insert(dense("b", 5, &[1.0, 0.0]));
+        w.insert(dense("a", 3, &[0.0, 2.0]));
+        let snap = w.snapshot(2).unwrap();
+        assert_eq!(snap.ids, ["b", "a"]);
+        assert_eq!(snap.ts, [5, 3]);
+        assert_eq!(
+            snap.rows,
+            Rows::dense(ndarray::array![[1.0, 0.0], [0.0, 2.0]])
+        );
+        w.insert(Entry {
+            id: "s".into(),
+            ts: 6,
+            x: Features::Sparse {
+                dim: 2,
+                indices: vec![1],
+                values: vec![4.0],
+            },
+            source: None,
+        });
+        let snap = w.snapshot(2).unwrap();
+        let mut want = CsrMatrix::new(2);
+        want.push_row(&[0], &[1.0]).unwrap();
+        want.push_row(&[1], &[2.0]).unwrap();
+        want.push_row(&[1], &[4.0]).unwrap();
+        assert_eq!(snap.rows, Rows::Sparse(want));
+        assert_eq!(
+            w.snapshot(3).unwrap_err(),
+            WindowError::Dimension {
+                id: "b".into(),
+                dim: 2,
+                expected: 3
+            }
+        );
+        let empty = Window::new(config(1, None, None))
+            .unwrap()
+            .snapshot(4)
+            .unwrap();
+        assert_eq!((empty.rows.n_rows(), empty.rows.n_features()), (0, 4));
+    }
+
+    #[test]
+    fn bad_bounds_are_refused() {
+        assert!(Window::new(config(0, None, None)).is_err());
+        assert_eq!(
+            Window::new(config(1, Some(-1), None))
+                .unwrap_err()
+                .to_string(),
+            "invalid window bounds: max_age_ms must not be negative"
+        );
+    }
+
+    #[test]
+    fn fnv1a64_matches_the_reference_vectors() {
+        // From the FNV reference test suite (Noll).
+        assert_eq!(fnv1a64(b""), 0xcbf29ce484222325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn calibration_membership_is_pinned_and_proportional() {
+        let pinned: Vec<(&str, u64)> = ["a", "foobar", "17-0", "event-42"]
+            .iter()
+            .map(|id| (*id, fnv1a64(id.as_bytes()) % 100))
+            .collect();
+        assert_eq!(pinned, PINNED_BUCKETS);
+        for (id, bucket) in PINNED_BUCKETS {
+            assert!(!in_calibration(id, bucket as u8));
+            assert!(in_calibration(id, bucket as u8 + 1));
+        }
+        assert!(!in_calibration("a", 0));
+        assert!(in_calibration("a", 100) && in_calibration("a", 255));
+        let held = (0..10_000)
+            .filter(|i| in_calibration(&format!("{i}-0"), 20))
+            .count();
+        assert!((1800..2200).contains(&held), "{held}");
+    }
+
+    /// fnv1a64(id) mod 100, computed independently of this code (a few lines of Python).
+    const PINNED_BUCKETS: [(&str, u64); 4] =
+        [("a", 96), ("foobar", 68), ("17-0", 32), ("event-42", 0)];
+}

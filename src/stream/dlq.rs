@@ -1,0 +1,255 @@
+//! The dead-letter queue as a JSON Lines file: one line per rejected message, appended.
+//!
+//! ```json
+//! {"reason":"dimension_mismatch","detail":"2 features, the locked dimension is 57","channel":"unlabeled","ts":1767225600042,"key":"a1","payload":"{...}","partition":0,"offset":17}
+//! ```
+//!
+//! A line carries everything needed to inspect or re-send the message: the stable `reason`
+//! ([`RejectReason`]), a human `detail`, and the record as received (channel, arrival `ts`,
+//! `key`, `payload` or `payload_b64`, and `partition`/`offset`/`headers` when known).
+//! Lines are buffered; [`DlqWriter::flush`] pushes them to the file (the engine calls it before
+//! committing source offsets, so a committed rejection is never lost).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::event::{RejectReason, Rejection};
+use super::record::{payload_bytes, PayloadRepr, Record};
+use super::Channel;
+
+/// One rejected message with why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DlqRecord {
+    pub reason: RejectReason,
+    pub detail: String,
+    pub record: Record,
+}
+
+impl DlqRecord {
+    pub fn new(record: Record, rejection: Rejection) -> DlqRecord {
+        DlqRecord {
+            reason: rejection.reason,
+            detail: rejection.detail,
+            record,
+        }
+    }
+
+    /// The record as one JSON line (without the newline).
+    pub fn to_json_line(&self) -> String {
+        let r = &self.record;
+        let payload = PayloadRepr::of(&r.payload);
+        let out = DlqOut {
+            reason: self.reason,
+            detail: &self.detail,
+            channel: r.channel,
+            ts: r.ts,
+            key: r.key.as_deref(),
+            payload: payload.text(),
+            payload_b64: payload.base64(),
+            partition: r.partition,
+            offset: r.offset,
+            headers: &r.headers,
+        };
+        // Strings, integers and unit enums always serialise.
+        serde_json::to_string(&out).unwrap_or_default()
+    }
+
+    /// Parses one dead-letter line (for inspection tools and re-sending).
+    pub fn from_json_line(line: &str) -> Result<DlqRecord, String> {
+        let d: DlqIn = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        Ok(DlqRecord {
+            reason: d.reason,
+            detail: d.detail,
+            record: Record {
+                channel: d.channel,
+                ts: d.ts,
+                key: d.key,
+                payload: payload_bytes(d.payload, d.payload_b64)?,
+                partition: d.partition,
+                offset: d.offset,
+                headers: d.headers,
+            },
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct DlqOut<'a> {
+    reason: RejectReason,
+    detail: &'a str,
+    channel: Channel,
+    ts: i64,
+    key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_b64: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partition: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<i64>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    headers: &'a [(String, String)],
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DlqIn {
+    reason: RejectReason,
+    detail: String,
+    channel: Channel,
+    ts: i64,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    payload: Option<String>,
+    #[serde(default)]
+    payload_b64: Option<String>,
+    #[serde(default)]
+    partition: Option<i32>,
+    #[serde(default)]
+    offset: Option<i64>,
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DlqError {
+    #[error("cannot open the dead-letter file {}: {source}", .path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot write the dead-letter file {}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Appends dead letters to a file (created if missing; earlier lines are kept across restarts).
+pub struct DlqWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+    written: u64,
+}
+
+impl DlqWriter {
+    pub fn open(path: &Path) -> Result<DlqWriter, DlqError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|source| DlqError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(DlqWriter {
+            path: path.to_owned(),
+            out: BufWriter::new(file),
+            written: 0,
+        })
+    }
+
+    /// Buffers one dead letter; it reaches the file at the latest on [`DlqWriter::flush`].
+    pub fn write(&mut self, letter: &DlqRecord) -> Result<(), DlqError> {
+        let mut line = letter.to_json_line();
+        line.push('\n');
+        self.out
+            .write_all(line.as_bytes())
+            .map_err(|source| DlqError::Write {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.written += 1;
+        Ok(())
+    }
+
+    /// Dead letters written by this writer (not counting lines already in the file).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Writes the buffered lines and syncs the file's data to disk.
+    pub fn flush(&mut self) -> Result<(), DlqError> {
+        let err = |source| DlqError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        self.out.flush().map_err(err)?;
+        self.out.get_ref().sync_data().map_err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::event::{parse_event, EventLimits};
+
+    fn rejected(payload: &[u8], partition: Option<i32>) -> DlqRecord {
+        let mut record = Record::new(Channel::Unlabeled, 42, Some("k1".into()), payload.to_vec());
+        record.partition = partition;
+        record.offset = partition.map(|_| 9);
+        let rejection = parse_event(payload, Some(2), &EventLimits::default()).unwrap_err();
+        DlqRecord::new(record, rejection)
+    }
+
+    #[test]
+    fn dead_letters_have_the_documented_form() {
+        let letter = rejected(br#"{"id":"a","ts":1,"x":[1,2,3]}"#, Some(0));
+        assert_eq!(
+            letter.to_json_line(),
+            r#"{"reason":"dimension_mismatch","detail":"3 features, the locked dimension is 2","channel":"unlabeled","ts":42,"key":"k1","payload":"{\"id\":\"a\",\"ts\":1,\"x\":[1,2,3]}","partition":0,"offset":9}"#
+        );
+        let binary = rejected(&[0xc3, 0x28], None);
+        assert_eq!(
+            binary.to_json_line(),
+            r#"{"reason":"invalid_utf8","detail":"invalid utf-8 sequence of 1 bytes from index 0","channel":"unlabeled","ts":42,"key":"k1","payload_b64":"wyg="}"#
+        );
+    }
+
+    #[test]
+    fn the_file_is_appended_flushed_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dlq.jsonl");
+        let letters = [
+            rejected(b"nope", Some(1)),
+            rejected(&[0xff], None),
+            rejected(br#"{"id":"","ts":1,"x":[1,2]}"#, None),
+        ];
+        let mut w = DlqWriter::open(&path).unwrap();
+        w.write(&letters[0]).unwrap();
+        w.write(&letters[1]).unwrap();
+        w.flush().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2);
+        drop(w);
+        // Reopening appends.
+        let mut w = DlqWriter::open(&path).unwrap();
+        w.write(&letters[2]).unwrap();
+        w.flush().unwrap();
+        assert_eq!(w.written(), 1);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let back: Vec<DlqRecord> = text
+            .lines()
+            .map(|l| DlqRecord::from_json_line(l).unwrap())
+            .collect();
+        assert_eq!(back, letters);
+        let reasons: Vec<&str> = back.iter().map(|d| d.reason.as_str()).collect();
+        assert_eq!(reasons, ["invalid_json", "invalid_utf8", "invalid_id"]);
+    }
+
+    #[test]
+    fn an_unwritable_path_is_an_open_error() {
+        let err = DlqWriter::open(Path::new("/nonexistent/dlq.jsonl"))
+            .err()
+            .unwrap();
+        assert!(err
+            .to_string()
+            .starts_with("cannot open the dead-letter file /nonexistent/dlq.jsonl: "));
+    }
+}

@@ -1,0 +1,745 @@
+//! One event as it arrives on a stream channel, and the intake validation that turns a raw
+//! message into an [`Event`] or a [`Rejection`].
+//!
+//! The wire form (JSON, documented in `docs/event.schema.json` and the README):
+//!
+//! ```json
+//! {"id": "abc", "ts": 1767225600000, "x": [0.5, 0.0, 2.0], "meta": {"label": 1}}
+//! {"id": "abc", "ts": 1767225600000, "x": {"indices": [0, 2], "values": [0.5, 2.0], "dim": 3}}
+//! ```
+//!
+//! The channel (positive, unlabeled, negative) is *not* part of the payload: it is where the
+//! message arrived (a topic, or a record's `channel`), so a producer cannot relabel an event by
+//! editing it. A rejected message is never dropped silently: its [`Rejection`] carries a stable
+//! [`RejectReason`] that names the dead-letter record and the metric label.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// The payload fields an event must have; `docs/event.schema.json` lists the same (tested).
+pub const REQUIRED_FIELDS: [&str; 3] = ["id", "ts", "x"];
+
+/// Size limits checked at intake, before any parsing work is spent on a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventLimits {
+    /// The largest accepted message, in bytes of the payload as received.
+    pub max_bytes: usize,
+    /// The longest accepted id, in bytes (ids are stored in every window and score).
+    pub max_id_len: usize,
+}
+
+impl Default for EventLimits {
+    /// 1 MiB messages (about Kafka's default `message.max.bytes`) and 256-byte ids.
+    fn default() -> Self {
+        EventLimits {
+            max_bytes: 1 << 20,
+            max_id_len: 256,
+        }
+    }
+}
+
+/// An event's feature vector, as sent: dense, or sparse with strictly increasing indices.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Features {
+    Dense(Vec<f64>),
+    /// `dim` is the feature count: the event's own `dim` field, or the locked dimension when
+    /// the event did not say.
+    Sparse {
+        dim: usize,
+        indices: Vec<u32>,
+        values: Vec<f64>,
+    },
+}
+
+impl Features {
+    /// The feature count.
+    pub fn dim(&self) -> usize {
+        match self {
+            Features::Dense(x) => x.len(),
+            Features::Sparse { dim, .. } => *dim,
+        }
+    }
+
+    /// Heap bytes held by the values (and indices), for memory accounting.
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Features::Dense(x) => std::mem::size_of_val(x.as_slice()),
+            Features::Sparse {
+                indices, values, ..
+            } => {
+                std::mem::size_of_val(indices.as_slice()) + std::mem::size_of_val(values.as_slice())
+            }
+        }
+    }
+}
+
+/// A validated event: every check of [`parse_event`] passed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub id: String,
+    /// Event time, epoch milliseconds, as the producer stamped it.
+    pub ts: i64,
+    pub x: Features,
+    /// Opaque to neyman: never a feature or a label, only copied into the event's score
+    /// (useful for offline checks, e.g. the true label of a generated stream).
+    pub meta: Option<Map<String, Value>>,
+}
+
+/// Why a message was rejected at intake. The snake_case names are a contract: they are the
+/// dead-letter records' `reason` and the value of the rejection metric's `reason` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    /// The payload is longer than [`EventLimits::max_bytes`].
+    TooLarge,
+    /// The payload is not UTF-8.
+    InvalidUtf8,
+    /// The payload is not JSON, or not a JSON object, or repeats a field.
+    InvalidJson,
+    /// No `id` (or `"id": null`).
+    MissingId,
+    /// `id` is not a string, is empty, or is longer than [`EventLimits::max_id_len`].
+    InvalidId,
+    /// No `ts` (or `"ts": null`).
+    MissingTs,
+    /// `ts` is not a non-negative integer (epoch milliseconds) that fits in 64 bits.
+    InvalidTs,
+    /// No `x` (or `"x": null`).
+    MissingFeatures,
+    /// `x` is neither an array of numbers nor a sparse object, or is an empty array.
+    InvalidFeatures,
+    /// A sparse `x` with missing or unknown keys, `indices` and `values` of different lengths,
+    /// indices not strictly increasing or not below the dimension, or `dim` 0.
+    InvalidSparse,
+    /// The feature count differs from the locked dimension (the model's or the first event's).
+    DimensionMismatch,
+    /// A sparse event without `dim` while no dimension is locked yet.
+    DimensionUnknown,
+    /// A feature value outside the f64 range (JSON has no NaN or infinity literals, so this is
+    /// a number too large to represent).
+    NonFinite,
+    /// `meta` is present but not a JSON object.
+    InvalidMeta,
+}
+
+impl RejectReason {
+    /// Every reason, in declaration order (for metrics registration and docs).
+    pub const ALL: [RejectReason; 14] = [
+        RejectReason::TooLarge,
+        RejectReason::InvalidUtf8,
+        RejectReason::InvalidJson,
+        RejectReason::MissingId,
+        RejectReason::InvalidId,
+        RejectReason::MissingTs,
+        RejectReason::InvalidTs,
+        RejectReason::MissingFeatures,
+        RejectReason::InvalidFeatures,
+        RejectReason::InvalidSparse,
+        RejectReason::DimensionMismatch,
+        RejectReason::DimensionUnknown,
+        RejectReason::NonFinite,
+        RejectReason::InvalidMeta,
+    ];
+
+    /// The stable snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::TooLarge => "too_large",
+            RejectReason::InvalidUtf8 => "invalid_utf8",
+            RejectReason::InvalidJson => "invalid_json",
+            RejectReason::MissingId => "missing_id",
+            RejectReason::InvalidId => "invalid_id",
+            RejectReason::MissingTs => "missing_ts",
+            RejectReason::InvalidTs => "invalid_ts",
+            RejectReason::MissingFeatures => "missing_features",
+            RejectReason::InvalidFeatures => "invalid_features",
+            RejectReason::InvalidSparse => "invalid_sparse",
+            RejectReason::DimensionMismatch => "dimension_mismatch",
+            RejectReason::DimensionUnknown => "dimension_unknown",
+            RejectReason::NonFinite => "non_finite",
+            RejectReason::InvalidMeta => "invalid_meta",
+        }
+    }
+}
+
+impl std::fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A message that failed intake validation: the stable reason and a human-readable detail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {detail}")]
+pub struct Rejection {
+    pub reason: RejectReason,
+    pub detail: String,
+}
+
+fn reject(reason: RejectReason, detail: impl Into<String>) -> Rejection {
+    Rejection {
+        reason,
+        detail: detail.into(),
+    }
+}
+
+/// The top-level fields, each kept raw so that every field gets its own rejection reason.
+/// Unknown fields are ignored (producers may add their own); a repeated field is an error.
+#[derive(Deserialize)]
+struct RawEvent<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    ts: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    x: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    meta: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSparse {
+    indices: Vec<u32>,
+    values: Vec<f64>,
+    #[serde(default)]
+    dim: Option<usize>,
+}
+
+/// serde_json reports a number beyond the f64 range with this message; it is the only way a
+/// JSON number can be non-finite. Pinned by a test, so a wording change in serde_json fails
+/// loudly instead of silently turning `non_finite` into another reason.
+fn is_out_of_range(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("number out of range")
+}
+
+/// Validates one message and returns the event, or the first check it fails.
+///
+/// `expected_dim` is the locked feature dimension (the loaded model's, or the first valid
+/// event's); `None` before anything is locked, and then a dense event's length or a sparse
+/// event's `dim` is taken as is. Checks run in this order: size, UTF-8, JSON object, id, ts,
+/// `x` shape, sparse structure, dimension, index range, finite values, meta; except that a
+/// number beyond the f64 range is found while `x` is read, so it is `non_finite` whatever the
+/// dimension.
+pub fn parse_event(
+    payload: &[u8],
+    expected_dim: Option<usize>,
+    limits: &EventLimits,
+) -> Result<Event, Rejection> {
+    use RejectReason::*;
+
+    if payload.len() > limits.max_bytes {
+        return Err(reject(
+            TooLarge,
+            format!("{} bytes, the limit is {}", payload.len(), limits.max_bytes),
+        ));
+    }
+    let text = std::str::from_utf8(payload).map_err(|e| reject(InvalidUtf8, e.to_string()))?;
+    if !text.trim_start().starts_with('{') {
+        return Err(reject(InvalidJson, "not a JSON object"));
+    }
+    let raw: RawEvent<'_> =
+        serde_json::from_str(text).map_err(|e| reject(InvalidJson, e.to_string()))?;
+
+    let id = raw.id.ok_or_else(|| reject(MissingId, "no \"id\""))?;
+    let id: String = serde_json::from_str(id.get())
+        .map_err(|_| reject(InvalidId, format!("{} is not a string", clip(id.get()))))?;
+    if id.is_empty() {
+        return Err(reject(InvalidId, "empty id"));
+    }
+    if id.len() > limits.max_id_len {
+        return Err(reject(
+            InvalidId,
+            format!(
+                "the id has {} bytes, the limit is {}",
+                id.len(),
+                limits.max_id_len
+            ),
+        ));
+    }
+
+    let ts = raw.ts.ok_or_else(|| reject(MissingTs, "no \"ts\""))?;
+    let ts = match serde_json::from_str::<Value>(ts.get()) {
+        Ok(Value::Number(n)) => n.as_i64().filter(|&t| t >= 0),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        reject(
+            InvalidTs,
+            format!(
+                "{} is not a non-negative integer (epoch ms)",
+                clip(ts.get())
+            ),
+        )
+    })?;
+
+    let x = raw.x.ok_or_else(|| reject(MissingFeatures, "no \"x\""))?;
+    let x = parse_features(x.get(), expected_dim)?;
+
+    let meta = match raw.meta {
+        None => None,
+        Some(m) => Some(
+            serde_json::from_str::<Map<String, Value>>(m.get())
+                .map_err(|e| reject(InvalidMeta, format!("not a JSON object: {e}")))?,
+        ),
+    };
+    Ok(Event { id, ts, x, meta })
+}
+
+fn parse_features(x: &str, expected_dim: Option<usize>) -> Result<Features, Rejection> {
+    use RejectReason::*;
+
+    let mismatch = |got: usize, want: usize| {
+        reject(
+            DimensionMismatch,
+            format!("{got} features, the locked dimension is {want}"),
+        )
+    };
+    if x.starts_with('[') {
+        let values: Vec<f64> = serde_json::from_str(x).map_err(|e| {
+            if is_out_of_range(&e) {
+                reject(NonFinite, e.to_string())
+            } else {
+                reject(InvalidFeatures, format!("not an array of numbers: {e}"))
+            }
+        })?;
+        if values.is_empty() {
+            return Err(reject(InvalidFeatures, "empty feature vector"));
+        }
+        if let Some(want) = expected_dim.filter(|&d| d != values.len()) {
+            return Err(mismatch(values.len(), want));
+        }
+        // serde_json never yields a non-finite f64; kept so the invariant is local.
+        if let Some(j) = values.iter().position(|v| !v.is_finite()) {
+            return Err(reject(NonFinite, format!("feature {j} is not finite")));
+        }
+        return Ok(Features::Dense(values));
+    }
+    if !x.starts_with('{') {
+        return Err(reject(
+            InvalidFeatures,
+            format!("{} is neither an array nor a sparse object", clip(x)),
+        ));
+    }
+    let sparse: RawSparse = serde_json::from_str(x).map_err(|e| {
+        if is_out_of_range(&e) {
+            reject(NonFinite, e.to_string())
+        } else {
+            reject(InvalidSparse, e.to_string())
+        }
+    })?;
+    if sparse.indices.len() != sparse.values.len() {
+        return Err(reject(
+            InvalidSparse,
+            format!(
+                "{} indices but {} values",
+                sparse.indices.len(),
+                sparse.values.len()
+            ),
+        ));
+    }
+    if let Some(k) = sparse.indices.windows(2).position(|w| w[0] >= w[1]) {
+        return Err(reject(
+            InvalidSparse,
+            format!(
+                "indices not strictly increasing at position {}: {} then {}",
+                k + 1,
+                sparse.indices[k],
+                sparse.indices[k + 1]
+            ),
+        ));
+    }
+    let dim = match (sparse.dim, expected_dim) {
+        (Some(0), _) => return Err(reject(InvalidSparse, "dim 0")),
+        (Some(own), Some(want)) if own != want => return Err(mismatch(own, want)),
+        (Some(own), _) => own,
+        (None, Some(want)) => want,
+        (None, None) => {
+            return Err(reject(
+                DimensionUnknown,
+                "a sparse event needs \"dim\" until the dimension is locked",
+            ))
+        }
+    };
+    if let Some(&last) = sparse.indices.last().filter(|&&i| i as usize >= dim) {
+        return Err(reject(
+            InvalidSparse,
+            format!("index {last} is not below the dimension {dim}"),
+        ));
+    }
+    if let Some(j) = sparse.values.iter().position(|v| !v.is_finite()) {
+        return Err(reject(NonFinite, format!("value {j} is not finite")));
+    }
+    Ok(Features::Sparse {
+        dim,
+        indices: sparse.indices,
+        values: sparse.values,
+    })
+}
+
+/// At most 40 characters of a raw JSON value, for error details (a detail must stay short:
+/// the original payload is in the dead-letter record anyway).
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(40) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// The JSON form of an event, as [`parse_event`] reads it back. Fields in a fixed order and
+/// `meta` keys sorted, so the same event always gives the same bytes.
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+
+        #[derive(Serialize)]
+        struct Sparse<'a> {
+            indices: &'a [u32],
+            values: &'a [f64],
+            dim: usize,
+        }
+        let fields = 3 + usize::from(self.meta.is_some());
+        let mut s = serializer.serialize_struct("Event", fields)?;
+        s.serialize_field("id", &self.id)?;
+        s.serialize_field("ts", &self.ts)?;
+        match &self.x {
+            Features::Dense(x) => s.serialize_field("x", x)?,
+            Features::Sparse {
+                dim,
+                indices,
+                values,
+            } => s.serialize_field(
+                "x",
+                &Sparse {
+                    indices,
+                    values,
+                    dim: *dim,
+                },
+            )?,
+        }
+        if let Some(meta) = &self.meta {
+            s.serialize_field("meta", meta)?;
+        }
+        s.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(text: &str, dim: Option<usize>) -> Result<Event, Rejection> {
+        parse_event(text.as_bytes(), dim, &EventLimits::default())
+    }
+
+    fn reason(text: &str, dim: Option<usize>) -> RejectReason {
+        match parse(text, dim) {
+            Ok(e) => panic!("{text} was accepted as {e:?}"),
+            Err(r) => r.reason,
+        }
+    }
+
+    #[test]
+    fn dense_and_sparse_events_parse() {
+        let e = parse(
+            r#"{"id":"a1","ts":1767225600000,"x":[0.5,0,-2e3],"meta":{"label":1},"extra":true}"#,
+            None,
+        )
+        .unwrap();
+        assert_eq!(e.id, "a1");
+        assert_eq!(e.ts, 1_767_225_600_000);
+        assert_eq!(e.x, Features::Dense(vec![0.5, 0.0, -2000.0]));
+        assert_eq!(e.x.dim(), 3);
+        assert_eq!(e.meta.unwrap()["label"], json!(1));
+
+        let e = parse(
+            r#"{"id":"b","ts":0,"x":{"indices":[0,4],"values":[1.5,-1]}}"#,
+            Some(5),
+        )
+        .unwrap();
+        assert_eq!(
+            e.x,
+            Features::Sparse {
+                dim: 5,
+                indices: vec![0, 4],
+                values: vec![1.5, -1.0]
+            }
+        );
+        assert_eq!(e.meta, None);
+        let e = parse(
+            r#" {"x":{"dim":7,"indices":[],"values":[]},"ts":3,"id":"c"}"#,
+            None,
+        )
+        .unwrap();
+        assert_eq!(e.x.dim(), 7);
+        assert_eq!(e.x.heap_bytes(), 0);
+        // The locked dimension fills in a sparse event's missing dim.
+        assert_eq!(
+            parse(
+                r#"{"id":"d","ts":3,"x":{"indices":[6],"values":[1]}}"#,
+                Some(7)
+            )
+            .unwrap()
+            .x
+            .dim(),
+            7
+        );
+    }
+
+    #[test]
+    fn every_reason_has_a_triggering_message() {
+        use RejectReason::*;
+        let ok = |x: &str| format!(r#"{{"id":"a","ts":1,"x":{x}}}"#);
+        let cases: Vec<(String, Option<usize>, RejectReason)> = vec![
+            ("{\"id\":\"a\"}".repeat(200_000), None, TooLarge),
+            ("not json".into(), None, InvalidJson),
+            ("[1,2]".into(), None, InvalidJson),
+            (
+                r#"{"id":"a","id":"b","ts":1,"x":[1]}"#.into(),
+                None,
+                InvalidJson,
+            ),
+            (r#"{"id":"a","ts":1,"x":[1]"#.into(), None, InvalidJson),
+            (r#"{"ts":1,"x":[1]}"#.into(), None, MissingId),
+            (r#"{"id":null,"ts":1,"x":[1]}"#.into(), None, MissingId),
+            (r#"{"id":5,"ts":1,"x":[1]}"#.into(), None, InvalidId),
+            (r#"{"id":"","ts":1,"x":[1]}"#.into(), None, InvalidId),
+            (
+                format!(r#"{{"id":"{}","ts":1,"x":[1]}}"#, "i".repeat(257)),
+                None,
+                InvalidId,
+            ),
+            (r#"{"id":"a","x":[1]}"#.into(), None, MissingTs),
+            (r#"{"id":"a","ts":1.5,"x":[1]}"#.into(), None, InvalidTs),
+            (r#"{"id":"a","ts":-1,"x":[1]}"#.into(), None, InvalidTs),
+            (r#"{"id":"a","ts":"1","x":[1]}"#.into(), None, InvalidTs),
+            (r#"{"id":"a","ts":1e3,"x":[1]}"#.into(), None, InvalidTs),
+            (
+                r#"{"id":"a","ts":9223372036854775808,"x":[1]}"#.into(),
+                None,
+                InvalidTs,
+            ),
+            (r#"{"id":"a","ts":1}"#.into(), None, MissingFeatures),
+            (ok("[]"), None, InvalidFeatures),
+            (ok("[1,\"2\"]"), None, InvalidFeatures),
+            (ok("[1,null]"), None, InvalidFeatures),
+            (ok("3"), None, InvalidFeatures),
+            (ok("\"1,2\""), None, InvalidFeatures),
+            (
+                ok(r#"{"indices":[0,1],"values":[1]}"#),
+                Some(3),
+                InvalidSparse,
+            ),
+            (
+                ok(r#"{"indices":[1,1],"values":[1,2]}"#),
+                Some(3),
+                InvalidSparse,
+            ),
+            (
+                ok(r#"{"indices":[2,1],"values":[1,2]}"#),
+                Some(3),
+                InvalidSparse,
+            ),
+            (
+                ok(r#"{"indices":[0,3],"values":[1,2]}"#),
+                Some(3),
+                InvalidSparse,
+            ),
+            (
+                ok(r#"{"indices":[-1],"values":[1]}"#),
+                Some(3),
+                InvalidSparse,
+            ),
+            (ok(r#"{"indices":[0]}"#), Some(3), InvalidSparse),
+            (
+                ok(r#"{"indices":[0],"values":[1],"dims":3}"#),
+                Some(3),
+                InvalidSparse,
+            ),
+            (
+                ok(r#"{"indices":[],"values":[],"dim":0}"#),
+                None,
+                InvalidSparse,
+            ),
+            (ok("[1,2]"), Some(3), DimensionMismatch),
+            (
+                ok(r#"{"indices":[0],"values":[1],"dim":4}"#),
+                Some(3),
+                DimensionMismatch,
+            ),
+            (
+                ok(r#"{"indices":[0],"values":[1]}"#),
+                None,
+                DimensionUnknown,
+            ),
+            (ok("[1,1e400]"), None, NonFinite),
+            (
+                ok(r#"{"indices":[0],"values":[-1e999]}"#),
+                Some(3),
+                NonFinite,
+            ),
+            (
+                r#"{"id":"a","ts":1,"x":[1],"meta":[1]}"#.into(),
+                None,
+                InvalidMeta,
+            ),
+            (
+                r#"{"id":"a","ts":1,"x":[1],"meta":"m"}"#.into(),
+                None,
+                InvalidMeta,
+            ),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for (text, dim, want) in &cases {
+            assert_eq!(reason(text, *dim), *want, "{}", clip(text));
+            seen.insert(*want);
+        }
+        let invalid_utf8 = parse_event(b"{\"id\":\"\xff\"}", None, &EventLimits::default());
+        assert_eq!(invalid_utf8.unwrap_err().reason, InvalidUtf8);
+        seen.insert(InvalidUtf8);
+        assert_eq!(seen.len(), RejectReason::ALL.len());
+    }
+
+    #[test]
+    fn limits_are_inclusive_and_details_say_why() {
+        let limits = EventLimits {
+            max_bytes: 30,
+            max_id_len: 3,
+        };
+        let at_limit = r#"{"id":"abc","ts":1,"x":[1,2]}"#;
+        assert_eq!(at_limit.len(), 29);
+        assert!(parse_event(at_limit.as_bytes(), None, &limits).is_ok());
+        let too_long = r#"{"id":"abcd","ts":1,"x":[1,2]}"#;
+        assert_eq!(
+            parse_event(too_long.as_bytes(), None, &limits)
+                .unwrap_err()
+                .to_string(),
+            "invalid_id: the id has 4 bytes, the limit is 3"
+        );
+        let big = r#"{"id":"abc","ts":1,"x":[1,2,3]}"#;
+        assert_eq!(
+            parse_event(big.as_bytes(), None, &limits)
+                .unwrap_err()
+                .to_string(),
+            "too_large: 31 bytes, the limit is 30"
+        );
+        assert_eq!(
+            parse(r#"{"id":"a","ts":1,"x":[1,2]}"#, Some(3))
+                .unwrap_err()
+                .to_string(),
+            "dimension_mismatch: 2 features, the locked dimension is 3"
+        );
+        assert_eq!(
+            parse(
+                r#"{"id":"a","ts":1,"x":{"indices":[0,5],"values":[1,2],"dim":5}}"#,
+                None
+            )
+            .unwrap_err()
+            .to_string(),
+            "invalid_sparse: index 5 is not below the dimension 5"
+        );
+    }
+
+    #[test]
+    fn out_of_range_numbers_are_recognised_as_non_finite() {
+        // Pins serde_json's wording that `is_out_of_range` relies on.
+        let e = serde_json::from_str::<Vec<f64>>("[1e400]").unwrap_err();
+        assert!(is_out_of_range(&e), "{e}");
+        let e = serde_json::from_str::<Vec<f64>>("[true]").unwrap_err();
+        assert!(!is_out_of_range(&e), "{e}");
+    }
+
+    #[test]
+    fn reason_names_are_the_serde_names() {
+        for reason in RejectReason::ALL {
+            assert_eq!(json!(reason), json!(reason.as_str()));
+            assert_eq!(reason.to_string(), reason.as_str());
+        }
+        let names: Vec<&str> = RejectReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names[0], "too_large");
+        assert!(names.contains(&"dimension_mismatch"));
+    }
+
+    #[test]
+    fn the_json_schema_matches_the_parser() {
+        let schema: Value =
+            serde_json::from_str(include_str!("../../docs/event.schema.json")).unwrap();
+        let names = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+        assert_eq!(names(&schema["required"]), REQUIRED_FIELDS);
+        assert_eq!(keys(&schema["properties"]), ["id", "meta", "ts", "x"]);
+        let id = &schema["properties"]["id"];
+        assert_eq!(id["maxLength"], json!(EventLimits::default().max_id_len));
+        assert_eq!(id["minLength"], json!(1));
+        let sparse = &schema["properties"]["x"]["oneOf"][1];
+        assert_eq!(names(&sparse["required"]), ["indices", "values"]);
+        assert_eq!(keys(&sparse["properties"]), ["dim", "indices", "values"]);
+        assert_eq!(
+            sparse["properties"]["indices"]["items"]["maximum"],
+            json!(u32::MAX)
+        );
+        // The examples parse, and dropping a required field is that field's rejection.
+        let examples = schema["examples"].as_array().unwrap();
+        assert_eq!(examples.len(), 2);
+        for example in examples {
+            parse(&example.to_string(), None).unwrap();
+        }
+        for (field, want) in REQUIRED_FIELDS.iter().zip([
+            RejectReason::MissingId,
+            RejectReason::MissingTs,
+            RejectReason::MissingFeatures,
+        ]) {
+            let mut without = examples[0].clone();
+            without.as_object_mut().unwrap().remove(*field);
+            assert_eq!(reason(&without.to_string(), None), want, "{field}");
+        }
+    }
+
+    #[test]
+    fn serialized_events_parse_back() {
+        let events = [
+            Event {
+                id: "r7-0".into(),
+                ts: 1_767_225_600_123,
+                x: Features::Dense(vec![0.64, 0.0, 1e-300, -3.5]),
+                meta: Some(Map::from_iter([("label".to_owned(), json!(-1))])),
+            },
+            Event {
+                id: "s".into(),
+                ts: 5,
+                x: Features::Sparse {
+                    dim: 9,
+                    indices: vec![1, 8],
+                    values: vec![2.0, 0.25],
+                },
+                meta: None,
+            },
+        ];
+        for event in events {
+            let text = serde_json::to_string(&event).unwrap();
+            assert_eq!(parse(&text, None).unwrap(), event);
+        }
+        let text = serde_json::to_string(&Event {
+            id: "i".into(),
+            ts: 2,
+            x: Features::Dense(vec![1.0, 0.5]),
+            meta: Some(Map::from_iter([
+                ("z".to_owned(), json!(1)),
+                ("a".to_owned(), json!(2)),
+            ])),
+        })
+        .unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":"i","ts":2,"x":[1.0,0.5],"meta":{"a":2,"z":1}}"#
+        );
+    }
+}
