@@ -6,12 +6,14 @@
 //! - [`store`]: accepted models and the never-reused version counter in the state directory,
 //!   written atomically.
 //! - [`registry`]: the active model, swapped atomically, and the accepted history for rollback.
+//! - [`scoring`]: a batch of events scored by one model, and the score object.
 //!
 //! The engine owns the feature-dimension lock (the loaded model's, else the first valid
 //! event's) and hands it to [`crate::stream::parse_event`]. It depends on [`crate::stream`],
 //! [`crate::data`] and [`crate::learn`], never the other way round.
 
 pub mod registry;
+pub mod scoring;
 pub mod store;
 pub mod window;
 

@@ -15,7 +15,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::data::{CsrMatrix, Rows};
+use crate::data::Rows;
+use crate::stream::event::features_to_rows;
 use crate::stream::Features;
 
 /// The bounds of one window.
@@ -266,47 +267,11 @@ impl Window {
                 })
             }
         };
-        let all_dense = self
-            .entries
-            .values()
-            .all(|e| matches!(e.x, Features::Dense(_)));
-        let rows = if all_dense {
-            let mut flat = Vec::with_capacity(self.len() * n_features);
-            for e in self.entries.values() {
-                check(e)?;
-                if let Features::Dense(x) = &e.x {
-                    flat.extend_from_slice(x);
-                }
-            }
-            let matrix = ndarray::Array2::from_shape_vec((self.len(), n_features), flat)
-                .map_err(|e| WindowError::Config(e.to_string()))?;
-            Rows::dense(matrix)
-        } else {
-            let mut csr = CsrMatrix::new(n_features);
-            let (mut idx, mut val) = (Vec::new(), Vec::new());
-            for e in self.entries.values() {
-                check(e)?;
-                idx.clear();
-                val.clear();
-                match &e.x {
-                    Features::Dense(x) => {
-                        for (j, &v) in x.iter().enumerate().filter(|(_, v)| **v != 0.0) {
-                            idx.push(j as u32);
-                            val.push(v);
-                        }
-                    }
-                    Features::Sparse {
-                        indices, values, ..
-                    } => {
-                        idx.extend_from_slice(indices);
-                        val.extend_from_slice(values);
-                    }
-                }
-                csr.push_row(&idx, &val)
-                    .map_err(|err| WindowError::Config(format!("event {:?}: {err}", e.id)))?;
-            }
-            Rows::Sparse(csr)
-        };
+        for e in self.entries.values() {
+            check(e)?;
+        }
+        let rows = features_to_rows(self.entries.values().map(|e| &e.x), n_features)
+            .map_err(|err| WindowError::Config(err.to_string()))?;
         Ok(Snapshot {
             ids: self.entries.values().map(|e| e.id.clone()).collect(),
             ts: self.entries.values().map(|e| e.ts).collect(),
@@ -327,6 +292,7 @@ pub fn in_calibration(id: &str, percent: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::CsrMatrix;
 
     fn config(
         max_events: usize,

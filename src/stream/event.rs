@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::data::rows::CsrError;
+use crate::data::{CsrMatrix, Rows};
+
 /// The payload fields an event must have; `docs/event.schema.json` lists the same (tested).
 pub const REQUIRED_FIELDS: [&str; 3] = ["id", "ts", "x"];
 
@@ -72,6 +75,50 @@ impl Features {
             }
         }
     }
+}
+
+/// Stacks feature vectors (each of dimension `n_features`, which the caller checked) into
+/// rows: dense when every one is dense, else CSR (dense vectors keep their non-zeros), so a
+/// mostly sparse high-dimensional stream never densifies.
+pub fn features_to_rows<'a>(
+    features: impl Iterator<Item = &'a Features> + Clone,
+    n_features: usize,
+) -> Result<Rows, CsrError> {
+    if features.clone().all(|x| matches!(x, Features::Dense(_))) {
+        let mut flat = Vec::new();
+        let mut n = 0;
+        for x in features {
+            if let Features::Dense(x) = x {
+                flat.extend_from_slice(x);
+                n += 1;
+            }
+        }
+        let matrix =
+            ndarray::Array2::from_shape_vec((n, n_features), flat).map_err(|_| CsrError::Shape)?;
+        return Ok(Rows::dense(matrix));
+    }
+    let mut csr = CsrMatrix::new(n_features);
+    let (mut idx, mut val) = (Vec::new(), Vec::new());
+    for x in features {
+        idx.clear();
+        val.clear();
+        match x {
+            Features::Dense(x) => {
+                for (j, &v) in x.iter().enumerate().filter(|(_, v)| **v != 0.0) {
+                    idx.push(j as u32);
+                    val.push(v);
+                }
+            }
+            Features::Sparse {
+                indices, values, ..
+            } => {
+                idx.extend_from_slice(indices);
+                val.extend_from_slice(values);
+            }
+        }
+        csr.push_row(&idx, &val)?;
+    }
+    Ok(Rows::Sparse(csr))
 }
 
 /// A validated event: every check of [`parse_event`] passed.
