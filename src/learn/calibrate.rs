@@ -110,7 +110,9 @@ impl Algorithm {
         })
     }
 
-    /// Trains the scorer and calibrates its threshold per `spec` (see the module docs).
+    /// Trains the scorer and calibrates its threshold per `spec` (see the module docs); the
+    /// held-out rows are drawn from `spec.seed` (`spec.calibration_fraction` of each class the
+    /// method calibrates on).
     pub fn fit_with_threshold(
         &self,
         previous: Option<&Fit>,
@@ -118,27 +120,58 @@ impl Algorithm {
         data: &Dataset,
         cancel: &AtomicBool,
     ) -> Result<(Fit, ThresholdResult), CalibrateError> {
+        let mut held_out = vec![false; data.len()];
+        let mut hold = |rows: &[usize]| rows.iter().for_each(|&i| held_out[i] = true);
+        match method_for(spec, data) {
+            // USMO never trains on negatives, so every negative calibrates it unseen.
+            ThresholdMethod::Umbrella if matches!(self, Algorithm::Usmo(_)) => {}
+            ThresholdMethod::Umbrella => {
+                let negatives = data.indices_of(Label::Negative);
+                if !negatives.is_empty() {
+                    hold(&calibration_split(&negatives, spec.calibration_fraction, spec.seed)?.1);
+                }
+            }
+            ThresholdMethod::PuUmbrella => {
+                let positives = data.indices_of(Label::Positive);
+                let unlabeled = data.indices_of(Label::Unlabeled);
+                if spec.prior_interval.is_some() {
+                    hold(&calibration_split(&positives, spec.calibration_fraction, spec.seed)?.1);
+                    hold(
+                        &calibration_split(&unlabeled, spec.calibration_fraction, spec.seed ^ 1)?.1,
+                    );
+                }
+            }
+            ThresholdMethod::Oob => {}
+        }
+        self.fit_with_held_out(previous, spec, data, &held_out, cancel)
+    }
+
+    /// As [`Algorithm::fit_with_threshold`], with the held-out rows given: rows with
+    /// `held_out[i]` never train the scorer. `umbrella` calibrates on the held-out negatives
+    /// (USMO, which never trains on negatives: on every negative); `pu-umbrella` on the
+    /// held-out positives and unlabeled rows; `oob` bootstraps the rows that are not held out.
+    /// The daemon holds out by a stable hash of the event id, so an event never trains one
+    /// model and calibrates the next.
+    pub fn fit_with_held_out(
+        &self,
+        previous: Option<&Fit>,
+        spec: &ThresholdSpec,
+        data: &Dataset,
+        held_out: &[bool],
+        cancel: &AtomicBool,
+    ) -> Result<(Fit, ThresholdResult), CalibrateError> {
         let negatives = data.indices_of(Label::Negative);
-        let method = spec.method.unwrap_or(if negatives.is_empty() {
-            ThresholdMethod::PuUmbrella
-        } else {
-            ThresholdMethod::Umbrella
-        });
-        match method {
+        let held: Vec<usize> = (0..data.len()).filter(|&i| held_out[i]).collect();
+        let mut train = data.select(&without(data.len(), &held));
+        match method_for(spec, data) {
             ThresholdMethod::Umbrella => {
                 if negatives.is_empty() {
                     return Err(CalibrateError::Needs("umbrella", "negatives (label -1)"));
                 }
-                let (train_rows, calibration) = match self {
-                    // USMO never trains on negatives: every one of them is unseen.
-                    Algorithm::Usmo(_) => ((0..data.len()).collect(), negatives),
-                    Algorithm::Tfpl(_) => {
-                        let (_, cal) =
-                            calibration_split(&negatives, spec.calibration_fraction, spec.seed)?;
-                        (without(data.len(), &cal), cal)
-                    }
+                let calibration: Vec<usize> = match self {
+                    Algorithm::Usmo(_) => negatives,
+                    Algorithm::Tfpl(_) => negatives.into_iter().filter(|&i| held_out[i]).collect(),
                 };
-                let train = data.select(&train_rows);
                 let fit = self.fit(previous, &train, cancel)?;
                 let cal_scores = fit.scores(&data.rows.select(&calibration));
                 // The training positives give an (optimistic) TPR estimate.
@@ -151,15 +184,13 @@ impl Algorithm {
                     "pu-umbrella",
                     "the prior interval of the unlabeled data (prior_min and prior_max)",
                 ))?;
-                let positives = data.indices_of(Label::Positive);
-                let unlabeled = data.indices_of(Label::Unlabeled);
-                let (_, cal_p) =
-                    calibration_split(&positives, spec.calibration_fraction, spec.seed)?;
-                let (_, cal_u) =
-                    calibration_split(&unlabeled, spec.calibration_fraction, spec.seed ^ 1)?;
-                let mut held: Vec<usize> = cal_p.iter().chain(&cal_u).copied().collect();
-                held.sort_unstable();
-                let mut train = data.select(&without(data.len(), &held));
+                let held_of = |label| -> Vec<usize> {
+                    data.indices_of(label)
+                        .into_iter()
+                        .filter(|&i| held_out[i])
+                        .collect()
+                };
+                let (cal_p, cal_u) = (held_of(Label::Positive), held_of(Label::Unlabeled));
                 // τ-FPL without negatives trains the positives against the unlabeled rows.
                 if matches!(self, Algorithm::Tfpl(_)) && negatives.is_empty() {
                     train.labels.iter_mut().for_each(|l| {
@@ -188,7 +219,7 @@ impl Algorithm {
                         "an algorithm trained on negatives (--algo tfpl)",
                     ));
                 };
-                self.oob_fit(params, spec, data, cancel)
+                self.oob_fit(params, spec, &train, cancel)
             }
         }
     }
@@ -245,6 +276,16 @@ fn average(fits: Vec<TfplModel>) -> TfplModel {
     let mut last = fits.into_iter().last().expect("at least one round");
     last.expansion = KernelExpansion::new(kernel, support, coef, 0.0);
     last
+}
+
+/// The method `spec` asks for; by default `umbrella` when the data has negatives, else
+/// `pu-umbrella`.
+fn method_for(spec: &ThresholdSpec, data: &Dataset) -> ThresholdMethod {
+    spec.method.unwrap_or(if data.count(Label::Negative) == 0 {
+        ThresholdMethod::PuUmbrella
+    } else {
+        ThresholdMethod::Umbrella
+    })
 }
 
 /// 0..len without the sorted `removed` indices.
