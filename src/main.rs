@@ -1,6 +1,7 @@
 //! The `neyman` command line: parses flags and hands each subcommand to `neyman::cli`.
 
 use std::io::IsTerminal;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
@@ -8,7 +9,34 @@ use clap::Parser;
 use neyman::cli::{
     self,
     args::{BenchCommand, Cli, Command, ConfigCommand, ModelCommand, StreamCommand},
+    CliError,
 };
+use neyman::config::{LoadedConfig, LogFormat};
+
+fn init_tracing(default_level: &str, json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// The daemon's logging comes from its config, so the config is read (and checked) first.
+fn with_daemon_config(
+    path: &Path,
+    run: impl FnOnce(LoadedConfig) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    let loaded = cli::daemon::load_config(path)?;
+    let log = &loaded.config.log;
+    init_tracing(&log.level, log.format == LogFormat::Json);
+    run(loaded)
+}
 
 fn main() -> ExitCode {
     let parsed = Cli::parse();
@@ -17,15 +45,9 @@ fn main() -> ExitCode {
         Command::Eval(a) => a.quiet,
         _ => false,
     };
-    let default_level = if quiet { "error" } else { "warn" };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .init();
+    if !matches!(parsed.command, Command::Run(_) | Command::Replay(_)) {
+        init_tracing(if quiet { "error" } else { "warn" }, false);
+    }
     let cancel = AtomicBool::new(false);
     let result = match &parsed.command {
         Command::Train(a) => cli::train(a, &cancel),
@@ -37,12 +59,14 @@ fn main() -> ExitCode {
         Command::Bench {
             command: BenchCommand::Projection(a),
         } => cli::bench::projection(a),
-        Command::Config {
-            command: ConfigCommand::Check { file },
-        } => cli::config_check(file),
         Command::Stream {
             command: StreamCommand::Make(a),
         } => cli::stream::make(a),
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => cli::config_check(file),
+        Command::Run(a) => with_daemon_config(&a.config, |c| cli::daemon::run(a, c)),
+        Command::Replay(a) => with_daemon_config(&a.config, |c| cli::daemon::replay(a, c)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -15,9 +15,10 @@ use prometheus::{
 /// The channels an event can arrive on.
 pub const CHANNELS: [&str; 3] = ["positive", "unlabeled", "negative"];
 /// What happened to an arriving event.
-pub const EVENT_OUTCOMES: [&str; 6] = [
+pub const EVENT_OUTCOMES: [&str; 7] = [
     "windowed",
     "duplicate",
+    "expired",
     "scored",
     "buffered",
     "unscored",

@@ -38,6 +38,11 @@ pub enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
+    /// Run the daemon: replay the config's [source] stream through windows, retrains, the gate
+    /// and scoring.
+    Run(RunArgs),
+    /// Run the daemon on a recorded stream FILE instead of the config's [source] path.
+    Replay(ReplayArgs),
     /// Daemon configuration tools.
     Config {
         #[command(subcommand)]
@@ -48,6 +53,34 @@ pub enum Command {
         #[command(subcommand)]
         command: StreamCommand,
     },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The daemon's TOML configuration (e.g. config/neyman.toml).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Replay pace: max (virtual time, as fast as possible), realtime, or xN; default: the
+    /// config's source.speed.
+    #[arg(long)]
+    pub speed: Option<String>,
+    /// Start without resuming the newest stored model.
+    #[arg(long)]
+    pub no_resume: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// A recorded stream (JSON Lines, optionally .gz).
+    pub file: PathBuf,
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Replay pace: max, realtime, or xN; default: the config's source.speed.
+    #[arg(long)]
+    pub speed: Option<String>,
+    /// Start without resuming the newest stored model.
+    #[arg(long)]
+    pub no_resume: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -5,6 +5,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod daemon;
 mod eval;
 pub mod stream;
 
@@ -18,7 +19,9 @@ use serde_json::json;
 
 use crate::config::LoadedConfig;
 use crate::data::{read, DataError, Dataset, Label, Rows, Scaler};
-use crate::learn::calibrate::{Algorithm, CalibrateError, Fit, ThresholdSpec};
+use crate::learn::calibrate::{
+    tfpl_scaler, usmo_scaler, Algorithm, CalibrateError, Fit, ThresholdSpec,
+};
 use crate::learn::kernel::Kernel;
 use crate::learn::model::{Fingerprint, Model, ModelError, TfplEntry, UsmoEntry};
 use crate::learn::tfpl::{TfplParams, TfplValidParams};
@@ -162,26 +165,8 @@ fn tfpl_params(
 /// the largest scaled row norm, so ‖x‖ ≤ 1 on the training rows (note §6.15).
 fn fit_scaler(args: &ModelArgs, algo: Algo, data: &Dataset) -> Scaler {
     match algo {
-        Algo::Usmo => {
-            let train: Vec<usize> = (0..data.len())
-                .filter(|&i| data.labels[i] != Label::Negative)
-                .collect();
-            Scaler::fit(args.scale.into(), &data.rows.select(&train))
-        }
-        Algo::Tfpl => {
-            let scaler = Scaler::fit(args.scale.into(), &data.rows);
-            let largest = scaler
-                .transform(&data.rows)
-                .squared_norms()
-                .into_iter()
-                .fold(0.0, f64::max)
-                .sqrt();
-            if largest > 0.0 && largest.is_finite() {
-                scaler.times(1.0 / largest)
-            } else {
-                scaler
-            }
-        }
+        Algo::Usmo => usmo_scaler(args.scale.into(), data),
+        Algo::Tfpl => tfpl_scaler(args.scale.into(), data),
     }
 }
 

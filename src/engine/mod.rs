@@ -1,5 +1,7 @@
 //! The daemon's state between the stream and the learner.
 //!
+//! - [`daemon`]: the event loop: intake, windows, retrain trigger, warm-started training, the
+//!   gate, the swap, scoring and the sinks.
 //! - [`window`]: per-channel sliding windows (count, event-time age and byte bounds, dedup by
 //!   id, eviction reports and source low watermarks) and the stable hash that decides which
 //!   events calibrate instead of train ([`window::in_calibration`]).
@@ -12,6 +14,7 @@
 //! event's) and hands it to [`crate::stream::parse_event`]. It depends on [`crate::stream`],
 //! [`crate::data`] and [`crate::learn`], never the other way round.
 
+pub mod daemon;
 pub mod registry;
 pub mod scoring;
 pub mod store;

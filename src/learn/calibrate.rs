@@ -15,7 +15,7 @@
 
 use std::sync::atomic::AtomicBool;
 
-use crate::data::{Dataset, Label, Rows};
+use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
 use crate::learn::kernel::KernelExpansion;
 use crate::learn::tfpl::{TfplError, TfplModel, TfplValidParams};
 use crate::learn::threshold::{
@@ -276,6 +276,32 @@ fn average(fits: Vec<TfplModel>) -> TfplModel {
     let mut last = fits.into_iter().last().expect("at least one round");
     last.expansion = KernelExpansion::new(kernel, support, coef, 0.0);
     last
+}
+
+/// The USMO training scaler: fitted on the positives and unlabeled rows (the rows USMO trains
+/// on), never on negatives, which only evaluate or calibrate it.
+pub fn usmo_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
+    let train: Vec<usize> = (0..data.len())
+        .filter(|&i| data.labels[i] != Label::Negative)
+        .collect();
+    Scaler::fit(kind, &data.rows.select(&train))
+}
+
+/// The τ-FPL training scaler: fitted on every row, then divided by the largest scaled row
+/// norm, so ‖x‖ ≤ 1 on the training rows (note §6.15) and one R grid suits every data set.
+pub fn tfpl_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
+    let scaler = Scaler::fit(kind, &data.rows);
+    let largest = scaler
+        .transform(&data.rows)
+        .squared_norms()
+        .into_iter()
+        .fold(0.0, f64::max)
+        .sqrt();
+    if largest > 0.0 && largest.is_finite() {
+        scaler.times(1.0 / largest)
+    } else {
+        scaler
+    }
 }
 
 /// The method `spec` asks for; by default `umbrella` when the data has negatives, else

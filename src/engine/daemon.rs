@@ -1,0 +1,1019 @@
+//! The daemon's event loop, source-independent: intake validation, windows, retrain trigger,
+//! training with warm start, the gate, the atomic swap, scoring and the sinks.
+//!
+//! [`Engine::handle`] takes one message at a time, in arrival order. In this synchronous form a
+//! retrain triggered by event i completes (gate included) before event i+1 is handled, which is
+//! what makes a `--speed max` replay reproducible byte for byte: event time is the only clock
+//! (`trained_at` is the newest event time in the windows), every random choice is seeded from
+//! `[model] seed`, and nothing iterates a hash map into arithmetic or output.
+//!
+//! Choices where the spec is silent (also in the README):
+//! - Calibration events (`fnv1a64(id) mod 100 < calibration_percent`) stay in the windows but
+//!   never train; USMO calibrates `umbrella` on every negative, since it never trains on them.
+//! - The scaler is fitted on the first training snapshot and kept while training warm-starts,
+//!   because a warm start needs every kept id to keep its features; a cold start (first model,
+//!   or after a restart without a resumable model) fits it anew.
+//! - An id seen on several channels trains with its labelled channel (positive, then negative);
+//!   its unlabeled copy is left out of the snapshot.
+//! - Negatives join training (τ-FPL positive vs negative) and make `umbrella` the default
+//!   threshold only when the negative window holds `retrain.min_negative` events; otherwise
+//!   τ-FPL trains positive vs unlabeled and the threshold is `pu-umbrella`.
+//! - The gate's NP-score comparison uses the held-out events newer than the active model's
+//!   training time; it is skipped (and says so in the log) when they hold no positive, or
+//!   neither a negative nor a prior to estimate the FPR from.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::io::Write;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::codec::fnv1a64;
+use crate::config::{AlgorithmName, Config, KernelName, OobRuleName, ScaleName, ThresholdName};
+use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+use crate::engine::registry::Registry;
+use crate::engine::scoring::{score_batch, ScoreOutput};
+use crate::engine::store::{ModelMeta, ModelStore, StoreError, StoredModel};
+use crate::engine::window::{in_calibration, Entry, InsertOutcome, Window, WindowConfig};
+use crate::learn::calibrate::{
+    tfpl_scaler, usmo_scaler, Algorithm, CalibrateError, Fit, ThresholdSpec,
+};
+use crate::learn::kernel::Kernel;
+use crate::learn::metrics::np_score;
+use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
+use crate::learn::tfpl::TfplParams;
+use crate::learn::threshold::{OobRule, ThresholdMethod, ThresholdResult};
+use crate::learn::usmo::UsmoParams;
+use crate::learn::Scorer;
+use crate::stream::dlq::{DlqError, DlqRecord, DlqWriter};
+use crate::stream::event::{parse_event, Event, EventLimits, RejectReason, Rejection};
+use crate::stream::record::Record;
+use crate::stream::Channel;
+use crate::telemetry::Metrics;
+
+/// Feedback and unlabeled outcomes remembered for the observed-FPR and flag-rate gauges.
+const ROLLING_EVENTS: usize = 1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Dlq(#[from] DlqError),
+    #[error("score sink: {0}")]
+    Sink(std::io::Error),
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// Why a retrained model was not installed; the snake_case name is the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateReason {
+    NonFinite,
+    NoThreshold,
+    FprBound,
+    OobEstimate,
+    NpScore,
+}
+
+impl GateReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateReason::NonFinite => "non_finite",
+            GateReason::NoThreshold => "no_threshold",
+            GateReason::FprBound => "fpr_bound",
+            GateReason::OobEstimate => "oob_estimate",
+            GateReason::NpScore => "np_score",
+        }
+    }
+}
+
+/// How one retrain ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RetrainOutcome {
+    Swapped { version: u64 },
+    Rejected { reason: GateReason, detail: String },
+    Failed { detail: String },
+    Cancelled,
+}
+
+/// The training state carried between retrains.
+struct Learner {
+    scaler: Scaler,
+    /// The last finite solution, accepted or rejected: the next warm start.
+    previous: Option<Fit>,
+}
+
+/// What an engine is built from.
+pub struct EngineParts {
+    pub config: Config,
+    pub metrics: Metrics,
+    /// Shared with the HTTP API, which scores with the same active model.
+    pub registry: Arc<Registry>,
+    pub store: ModelStore,
+    /// The score sink (a file, or stdout).
+    pub scores: Box<dyn Write + Send>,
+    pub dlq: DlqWriter,
+    /// Set on shutdown: an in-flight retrain stops and is counted as cancelled.
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// The daemon's state machine; see the module docs.
+pub struct Engine {
+    config: Config,
+    metrics: Metrics,
+    registry: Arc<Registry>,
+    store: ModelStore,
+    windows: [Window; 3],
+    limits: EventLimits,
+    dim: Option<usize>,
+    pending: Vec<Event>,
+    new_window_events: u64,
+    last_retrain_ts: Option<i64>,
+    newest_ts: Option<i64>,
+    learner: Option<Learner>,
+    feedback: VecDeque<bool>,
+    recent_flags: VecDeque<bool>,
+    scores: Box<dyn Write + Send>,
+    dlq: DlqWriter,
+    cancel: Arc<AtomicBool>,
+}
+
+fn channel_index(c: Channel) -> usize {
+    match c {
+        Channel::Positive => 0,
+        Channel::Unlabeled => 1,
+        Channel::Negative => 2,
+    }
+}
+
+fn window_of(w: &crate::config::WindowConfig) -> WindowConfig {
+    WindowConfig {
+        max_events: w.max_events,
+        max_age_ms: Some(i64::try_from(w.max_age.0.as_millis()).unwrap_or(i64::MAX)),
+        max_bytes: Some(w.max_mb.saturating_mul(1 << 20)),
+    }
+}
+
+impl Engine {
+    /// A new engine. With `resume`, the newest stored model whose configuration fingerprint
+    /// matches is served at once (its dimension locks the stream's); corrupt or foreign files
+    /// are skipped with a warning.
+    pub fn new(parts: EngineParts, resume: bool) -> Result<Engine, EngineError> {
+        let EngineParts {
+            config,
+            metrics,
+            registry,
+            store,
+            scores,
+            dlq,
+            cancel,
+        } = parts;
+        let w = &config.windows;
+        let make = |c: &crate::config::WindowConfig| {
+            Window::new(window_of(c)).map_err(|e| EngineError::Config(e.to_string()))
+        };
+        let windows = [make(&w.positive)?, make(&w.unlabeled)?, make(&w.negative)?];
+        let limits = EventLimits {
+            max_bytes: config.scoring.max_event_bytes,
+            ..EventLimits::default()
+        };
+        metrics.target_fpr.set(config.model.tau);
+        let mut engine = Engine {
+            config,
+            metrics,
+            registry,
+            store,
+            windows,
+            limits,
+            dim: None,
+            pending: Vec::new(),
+            new_window_events: 0,
+            last_retrain_ts: None,
+            newest_ts: None,
+            learner: None,
+            feedback: VecDeque::new(),
+            recent_flags: VecDeque::new(),
+            scores,
+            dlq,
+            cancel,
+        };
+        if resume {
+            engine.resume()?;
+        }
+        Ok(engine)
+    }
+
+    fn resume(&mut self) -> Result<(), EngineError> {
+        // The fingerprint needs the dimension, which each stored model carries: try each
+        // stored dimension, newest first.
+        let versions = self.store.versions()?;
+        let mut dims = BTreeSet::new();
+        for v in versions.iter().rev() {
+            if let Ok(m) = self.store.load(*v) {
+                dims.insert(m.meta.n_features);
+            }
+        }
+        for dim in dims {
+            let (usable, skipped) = self.store.load_usable(self.fingerprint(dim))?;
+            if let Some(newest) = usable.first() {
+                for s in &skipped {
+                    tracing::warn!(path = %s.path.display(), reason = %s.reason, "model file not resumed");
+                }
+                self.dim = Some(dim);
+                self.learner = Some(Learner {
+                    scaler: newest.model.scaler().clone(),
+                    previous: Some(fit_of(&newest.model)),
+                });
+                self.publish_active(newest);
+                tracing::info!(version = newest.meta.version, "resumed the stored model");
+                let keep = self.config.state.keep_models;
+                let mut oldest_first: Vec<StoredModel> = usable.into_iter().take(keep).collect();
+                oldest_first.reverse();
+                for m in oldest_first {
+                    self.registry.install(m);
+                }
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// The fingerprint of everything that makes two models interchangeable: the `[model]`
+    /// table and the dimension.
+    pub fn fingerprint(&self, n_features: usize) -> u64 {
+        let text = serde_json::to_string(&self.config.model).unwrap_or_default();
+        fnv1a64(format!("{text}|{n_features}").as_bytes())
+    }
+
+    /// The locked feature dimension, if any.
+    pub fn dimension(&self) -> Option<usize> {
+        self.dim
+    }
+
+    /// Handles one message; a due retrain runs to completion before this returns.
+    pub fn handle(&mut self, record: &Record) -> Result<(), EngineError> {
+        let channel = record.channel;
+        let event = match parse_event(&record.payload, self.dim, &self.limits) {
+            Ok(e) => e,
+            Err(rejection) => return self.reject(record, rejection),
+        };
+        if self.dim.is_none() {
+            self.dim = Some(event.x.dim());
+            tracing::info!(
+                n_features = event.x.dim(),
+                "feature dimension locked by the first valid event"
+            );
+        }
+        self.newest_ts = Some(self.newest_ts.map_or(event.ts, |t| t.max(event.ts)));
+        match channel {
+            Channel::Unlabeled => self.score_unlabeled(&event)?,
+            Channel::Negative => self.observe_feedback(&event),
+            Channel::Positive => {}
+        }
+        let entry = Entry {
+            id: event.id.clone(),
+            ts: event.ts,
+            x: event.x,
+            source: record
+                .partition
+                .zip(record.offset)
+                .map(|(partition, offset)| crate::engine::window::SourcePos { partition, offset }),
+        };
+        let window = &mut self.windows[channel_index(channel)];
+        let outcome = match window.insert(entry) {
+            InsertOutcome::Added { .. } => {
+                self.new_window_events += 1;
+                "windowed"
+            }
+            InsertOutcome::Duplicate => "duplicate",
+            InsertOutcome::TooOld => "expired",
+            InsertOutcome::TooLarge => {
+                let rejection = Rejection {
+                    reason: RejectReason::TooLarge,
+                    detail: "the event alone exceeds the window's byte budget".into(),
+                };
+                return self.reject(record, rejection);
+            }
+        };
+        self.metrics
+            .events
+            .with_label_values(&[channel.as_str(), outcome])
+            .inc();
+        self.publish_windows();
+        if self.retrain_due() {
+            self.retrain();
+        }
+        Ok(())
+    }
+
+    fn reject(&mut self, record: &Record, rejection: Rejection) -> Result<(), EngineError> {
+        let reason = rejection.reason.as_str();
+        tracing::debug!(channel = record.channel.as_str(), reason, detail = %rejection.detail, "event to the DLQ");
+        self.metrics.dlq.with_label_values(&[reason]).inc();
+        self.metrics
+            .events
+            .with_label_values(&[record.channel.as_str(), "rejected"])
+            .inc();
+        self.dlq.write(&DlqRecord::new(record.clone(), rejection))?;
+        Ok(())
+    }
+
+    fn emit(&mut self, outputs: &[ScoreOutput]) -> Result<(), EngineError> {
+        for o in outputs {
+            writeln!(self.scores, "{}", o.to_json_line()).map_err(EngineError::Sink)?;
+        }
+        Ok(())
+    }
+
+    fn score_unlabeled(&mut self, event: &Event) -> Result<(), EngineError> {
+        let Some(model) = self.registry.active() else {
+            let outcome = if self.pending.len() < self.config.scoring.buffer_before_model {
+                self.pending.push(event.clone());
+                "buffered"
+            } else {
+                self.emit(&[ScoreOutput::unscored(event)])?;
+                "unscored"
+            };
+            self.metrics
+                .events
+                .with_label_values(&["unlabeled", outcome])
+                .inc();
+            self.metrics.unscored_buffer.set(self.pending.len() as i64);
+            return Ok(());
+        };
+        let started = std::time::Instant::now();
+        match score_batch(&model, &[event], None) {
+            Ok(out) => {
+                self.metrics
+                    .scoring_latency
+                    .observe(started.elapsed().as_secs_f64());
+                for o in &out {
+                    push_rolling(&mut self.recent_flags, o.flagged == Some(true));
+                }
+                self.metrics
+                    .events
+                    .with_label_values(&["unlabeled", "scored"])
+                    .inc();
+                self.metrics
+                    .model_age
+                    .set((event.ts - model.meta.trained_at_ms) as f64 / 1000.0);
+                self.emit(&out)?;
+                self.publish_rates(&model);
+            }
+            // The dimension is locked to the model's, so this is unreachable in practice;
+            // still, an event is never dropped silently.
+            Err(e) => {
+                tracing::warn!(id = %event.id, error = %e, "scoring failed");
+                self.emit(&[ScoreOutput::unscored(event)])?;
+                self.metrics
+                    .events
+                    .with_label_values(&["unlabeled", "unscored"])
+                    .inc();
+            }
+        }
+        Ok(())
+    }
+
+    fn observe_feedback(&mut self, event: &Event) {
+        let Some(model) = self.registry.active() else {
+            return;
+        };
+        if let Ok(out) = score_batch(&model, &[event], None) {
+            push_rolling(&mut self.feedback, out[0].flagged == Some(true));
+            let flagged = self.feedback.iter().filter(|&&f| f).count();
+            self.metrics
+                .fpr_observed_negatives
+                .set(self.feedback.len() as i64);
+            self.metrics.fpr_observed_flagged.set(flagged as i64);
+            self.metrics
+                .fpr_observed
+                .set(flagged as f64 / self.feedback.len() as f64);
+        }
+    }
+
+    fn publish_windows(&self) {
+        for c in Channel::ALL {
+            let w = &self.windows[channel_index(c)];
+            self.metrics
+                .window_events
+                .with_label_values(&[c.as_str()])
+                .set(w.len() as i64);
+            self.metrics
+                .window_bytes
+                .with_label_values(&[c.as_str()])
+                .set(w.bytes() as i64);
+        }
+    }
+
+    fn publish_active(&self, model: &StoredModel) {
+        let m = &self.metrics;
+        m.model_version.set(model.meta.version as i64);
+        m.model_trained_at
+            .set(model.meta.trained_at_ms as f64 / 1000.0);
+        if let Some(t) = model.model.threshold() {
+            m.threshold.set(t.threshold);
+            m.fpr_bound.set(t.fpr_bound.unwrap_or(f64::NAN));
+            m.tpr_estimate.set(t.tpr_estimate.unwrap_or(f64::NAN));
+        }
+    }
+
+    fn publish_rates(&self, model: &StoredModel) {
+        if self.recent_flags.is_empty() {
+            return;
+        }
+        let rate = self.recent_flags.iter().filter(|&&f| f).count() as f64
+            / self.recent_flags.len() as f64;
+        self.metrics.flag_rate.set(rate);
+        let tpr = model.model.threshold().and_then(|t| t.tpr_estimate);
+        if let (Some(prior), Some(tpr)) = (self.config.model.prior, tpr) {
+            let estimate = ((rate - prior * tpr) / (1.0 - prior)).clamp(0.0, 1.0);
+            self.metrics.fpr_pu_estimate.set(estimate);
+        }
+    }
+
+    fn retrain_due(&self) -> bool {
+        let r = &self.config.retrain;
+        let [p, u, _] = &self.windows;
+        if p.len() < r.min_positive || u.len() < r.min_unlabeled {
+            return false;
+        }
+        let Some(last) = self.last_retrain_ts else {
+            return true;
+        };
+        let by_count = r.every_events > 0 && self.new_window_events >= r.every_events;
+        let by_time = match (r.every, self.newest_ts) {
+            (Some(every), Some(now)) => {
+                now.saturating_sub(last) >= i64::try_from(every.0.as_millis()).unwrap_or(i64::MAX)
+            }
+            _ => false,
+        };
+        by_count || by_time
+    }
+
+    /// Trains on the window snapshot, gates, and swaps; counts and logs the outcome.
+    pub fn retrain(&mut self) -> RetrainOutcome {
+        self.new_window_events = 0;
+        self.last_retrain_ts = self.newest_ts;
+        let started = std::time::Instant::now();
+        let outcome = self.train_and_gate();
+        let algorithm = match self.config.model.algorithm {
+            AlgorithmName::Usmo => "usmo",
+            AlgorithmName::Tfpl => "tfpl",
+        };
+        let result = match &outcome {
+            RetrainOutcome::Swapped { version } => {
+                tracing::info!(version, "retrained model swapped in");
+                "swapped"
+            }
+            RetrainOutcome::Rejected { reason, detail } => {
+                tracing::warn!(reason = reason.as_str(), %detail, "retrained model rejected by the gate");
+                self.metrics
+                    .retrain_rejections
+                    .with_label_values(&[reason.as_str()])
+                    .inc();
+                "rejected"
+            }
+            RetrainOutcome::Failed { detail } => {
+                tracing::warn!(%detail, "retrain failed");
+                "failed"
+            }
+            RetrainOutcome::Cancelled => {
+                tracing::info!("retrain cancelled");
+                "cancelled"
+            }
+        };
+        if !matches!(
+            outcome,
+            RetrainOutcome::Cancelled | RetrainOutcome::Failed { .. }
+        ) {
+            self.metrics
+                .retrain_duration
+                .with_label_values(&[algorithm])
+                .observe(started.elapsed().as_secs_f64());
+        }
+        self.metrics.retrains.with_label_values(&[result]).inc();
+        outcome
+    }
+
+    fn train_and_gate(&mut self) -> RetrainOutcome {
+        let Some(n_features) = self.dim else {
+            return RetrainOutcome::Failed {
+                detail: "no valid event has fixed the feature dimension yet".into(),
+            };
+        };
+        let snapshot = match self.training_snapshot(n_features) {
+            Ok(s) => s,
+            Err(detail) => return RetrainOutcome::Failed { detail },
+        };
+        let with_negatives = snapshot.data.count(Label::Negative) > 0;
+        let mode = if with_negatives {
+            "positive_negative"
+        } else {
+            "positive_unlabeled"
+        };
+        tracing::debug!(mode, rows = snapshot.data.len(), "training snapshot");
+        let cfg = &self.config.model;
+        let learner = self.learner.get_or_insert_with(|| {
+            let kind = scale_kind(cfg.scale);
+            let scaler = match cfg.algorithm {
+                AlgorithmName::Usmo => usmo_scaler(kind, &snapshot.data),
+                AlgorithmName::Tfpl => tfpl_scaler(kind, &snapshot.data),
+            };
+            Learner {
+                scaler,
+                previous: None,
+            }
+        });
+        let scaled = Dataset {
+            rows: learner.scaler.transform(&snapshot.data.rows),
+            labels: snapshot.data.labels.clone(),
+            ids: snapshot.data.ids.clone(),
+        };
+        let algorithm = match algorithm_of(cfg, n_features) {
+            Ok(a) => a,
+            Err(detail) => return RetrainOutcome::Failed { detail },
+        };
+        let spec = threshold_spec(cfg, with_negatives);
+        let fitted = algorithm.fit_with_held_out(
+            learner.previous.as_ref(),
+            &spec,
+            &scaled,
+            &snapshot.held_out,
+            &self.cancel,
+        );
+        if self.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return RetrainOutcome::Cancelled;
+        }
+        let (fit, threshold) = match fitted {
+            Ok(x) => x,
+            // No certifiable threshold (too few calibration events, a prior interval too wide)
+            // is the gate's "its threshold exists" failing, not a training fault.
+            Err(CalibrateError::Threshold(e)) => {
+                return RetrainOutcome::Rejected {
+                    reason: GateReason::NoThreshold,
+                    detail: e.to_string(),
+                }
+            }
+            Err(e) => {
+                return RetrainOutcome::Failed {
+                    detail: e.to_string(),
+                }
+            }
+        };
+        let (iterations, kernel_values) = match &fit {
+            Fit::Usmo(m) => (m.report.iterations, m.report.kernel_evaluations),
+            Fit::Tfpl(m) => (m.report.iterations, 0),
+        };
+        self.metrics.solver_iterations.inc_by(iterations);
+        self.metrics.solver_kernel_evaluations.inc_by(kernel_values);
+        let finite = fit.expansion().coef.iter().all(|c| c.is_finite())
+            && fit.expansion().bias.is_finite()
+            && threshold.threshold.is_finite();
+        if finite {
+            learner.previous = Some(fit.clone());
+        } else {
+            return RetrainOutcome::Rejected {
+                reason: GateReason::NonFinite,
+                detail: "the solution has non-finite coefficients or threshold".into(),
+            };
+        }
+        let model = model_of(
+            cfg,
+            learner.scaler.clone(),
+            fit,
+            Fingerprint::of(&scaled),
+            threshold,
+        );
+        if let Some(rejection) = self.gate(&model, &snapshot) {
+            return rejection;
+        }
+        let version = match self.store.next_version() {
+            Ok(v) => v,
+            Err(e) => {
+                return RetrainOutcome::Failed {
+                    detail: e.to_string(),
+                }
+            }
+        };
+        let stored = StoredModel {
+            meta: ModelMeta {
+                version,
+                trained_at_ms: snapshot.newest_ts,
+                config_fingerprint: self.fingerprint(n_features),
+                n_features,
+                window_sizes: snapshot.sizes,
+            },
+            model,
+        };
+        if let Err(e) = self.store.save(&stored) {
+            return RetrainOutcome::Failed {
+                detail: e.to_string(),
+            };
+        }
+        self.publish_active(&stored);
+        self.registry.install(stored);
+        if let Err(e) = self.flush_pending() {
+            return RetrainOutcome::Failed {
+                detail: e.to_string(),
+            };
+        }
+        RetrainOutcome::Swapped { version }
+    }
+
+    /// Scores the events buffered before the first model, in arrival order.
+    fn flush_pending(&mut self) -> Result<(), EngineError> {
+        let pending = std::mem::take(&mut self.pending);
+        self.metrics.unscored_buffer.set(0);
+        for event in &pending {
+            self.score_unlabeled(event)?;
+        }
+        Ok(())
+    }
+
+    fn gate(&self, model: &Model, snapshot: &TrainingSnapshot) -> Option<RetrainOutcome> {
+        let cfg = &self.config.model;
+        let t = model.threshold()?;
+        match t.method {
+            ThresholdMethod::Oob => {
+                if t.fpr_estimate > cfg.tau + self.config.gate.oob_slack {
+                    return Some(RetrainOutcome::Rejected {
+                        reason: GateReason::OobEstimate,
+                        detail: format!(
+                            "oob fpr_estimate {:.4} > tau {} + gate.oob_slack {}",
+                            t.fpr_estimate, cfg.tau, self.config.gate.oob_slack
+                        ),
+                    });
+                }
+            }
+            _ => match t.fpr_bound {
+                Some(b) if b <= cfg.tau => {}
+                bound => {
+                    return Some(RetrainOutcome::Rejected {
+                        reason: GateReason::FprBound,
+                        detail: format!("fpr_bound {bound:?} is not ≤ tau {}", cfg.tau),
+                    })
+                }
+            },
+        }
+        let active = self.registry.active()?;
+        let since = active.meta.trained_at_ms;
+        let recent: Vec<usize> = (0..snapshot.data.len())
+            .filter(|&i| snapshot.held_out[i] && snapshot.ts[i] > since)
+            .collect();
+        let recent_data = snapshot.data.select(&recent);
+        let new_np = self.np_estimate(model, t, &recent_data)?;
+        let old_np = self.np_estimate(&active.model, active.model.threshold()?, &recent_data)?;
+        if new_np > old_np + self.config.gate.margin {
+            return Some(RetrainOutcome::Rejected {
+                reason: GateReason::NpScore,
+                detail: format!(
+                    "NP-score {new_np:.4} on {} recent calibration events is worse than the active model's {old_np:.4} by more than gate.margin {}",
+                    recent.len(),
+                    self.config.gate.margin
+                ),
+            });
+        }
+        None
+    }
+
+    /// NP-score max(fpr, τ)/τ − tpr of `model` on held-out events: FPR from negatives, else the
+    /// PU estimate (flag rate of unlabeled − π·TPR)/(1 − π); `None` without the events needed.
+    fn np_estimate(&self, model: &Model, t: &ThresholdResult, data: &Dataset) -> Option<f64> {
+        let tau = self.config.model.tau;
+        let flagged_share = |label: Label| -> Option<f64> {
+            let rows = data.indices_of(label);
+            if rows.is_empty() {
+                return None;
+            }
+            let mut s = vec![0.0; rows.len()];
+            model.score_batch(&data.rows.select(&rows), &mut s);
+            Some(s.iter().filter(|&&v| t.is_positive(v)).count() as f64 / rows.len() as f64)
+        };
+        let tpr = flagged_share(Label::Positive)?;
+        let fpr = match flagged_share(Label::Negative) {
+            Some(f) => f,
+            None => {
+                let prior = self.config.model.prior?;
+                let rate = flagged_share(Label::Unlabeled)?;
+                ((rate - prior * tpr) / (1.0 - prior)).clamp(0.0, 1.0)
+            }
+        };
+        Some(np_score(fpr, tpr, tau))
+    }
+
+    fn training_snapshot(&self, n_features: usize) -> Result<TrainingSnapshot, String> {
+        let r = &self.config.retrain;
+        let [p, u, n] = &self.windows;
+        let use_negatives = n.len() >= r.min_negative;
+        let snap = |w: &Window| w.snapshot(n_features).map_err(|e| e.to_string());
+        let (sp, su) = (snap(p)?, snap(u)?);
+        let sn = if use_negatives { Some(snap(n)?) } else { None };
+        let mut labelled: BTreeSet<&str> = sp.ids.iter().map(String::as_str).collect();
+        if let Some(sn) = &sn {
+            labelled.extend(sn.ids.iter().map(String::as_str));
+        }
+        let keep_u: Vec<usize> = (0..su.ids.len())
+            .filter(|&i| !labelled.contains(su.ids[i].as_str()))
+            .collect();
+        let su_rows = su.rows.select(&keep_u);
+        let mut parts: Vec<&Rows> = vec![&sp.rows, &su_rows];
+        let mut labels = vec![Label::Positive; sp.ids.len()];
+        labels.extend(std::iter::repeat(Label::Unlabeled).take(keep_u.len()));
+        let mut ids = sp.ids.clone();
+        ids.extend(keep_u.iter().map(|&i| su.ids[i].clone()));
+        let mut ts = sp.ts.clone();
+        ts.extend(keep_u.iter().map(|&i| su.ts[i]));
+        if let Some(sn) = &sn {
+            parts.push(&sn.rows);
+            labels.extend(std::iter::repeat(Label::Negative).take(sn.ids.len()));
+            ids.extend(sn.ids.iter().cloned());
+            ts.extend(sn.ts.iter().copied());
+        }
+        let percent = self.config.model.calibration_percent;
+        let held_out = ids.iter().map(|id| in_calibration(id, percent)).collect();
+        let newest_ts = ts.iter().copied().max().unwrap_or(0);
+        Ok(TrainingSnapshot {
+            data: Dataset {
+                rows: Rows::concat(&parts),
+                labels,
+                ids,
+            },
+            ts,
+            held_out,
+            newest_ts,
+            sizes: [
+                sp.ids.len(),
+                keep_u.len(),
+                sn.as_ref().map_or(0, |s| s.ids.len()),
+            ],
+        })
+    }
+
+    /// End of input: the events still waiting for a first model are emitted as unscored
+    /// (never dropped), then the sinks are flushed.
+    pub fn finish(&mut self) -> Result<(), EngineError> {
+        let pending = std::mem::take(&mut self.pending);
+        for event in &pending {
+            self.emit(&[ScoreOutput::unscored(event)])?;
+            self.metrics
+                .events
+                .with_label_values(&["unlabeled", "unscored"])
+                .inc();
+        }
+        self.metrics.unscored_buffer.set(0);
+        self.flush()
+    }
+
+    pub fn flush(&mut self) -> Result<(), EngineError> {
+        self.scores.flush().map_err(EngineError::Sink)?;
+        self.dlq.flush()?;
+        Ok(())
+    }
+}
+
+struct TrainingSnapshot {
+    data: Dataset,
+    ts: Vec<i64>,
+    held_out: Vec<bool>,
+    newest_ts: i64,
+    sizes: [usize; 3],
+}
+
+fn push_rolling(q: &mut VecDeque<bool>, v: bool) {
+    if q.len() == ROLLING_EVENTS {
+        q.pop_front();
+    }
+    q.push_back(v);
+}
+
+fn scale_kind(s: ScaleName) -> ScaleKind {
+    match s {
+        ScaleName::None => ScaleKind::None,
+        ScaleName::Standard => ScaleKind::Standard,
+        ScaleName::Minmax => ScaleKind::MinMax,
+    }
+}
+
+fn kernel_of(cfg: &crate::config::ModelConfig, n_features: usize) -> Kernel {
+    let default = match cfg.algorithm {
+        AlgorithmName::Usmo => KernelName::Rbf,
+        AlgorithmName::Tfpl => KernelName::Linear,
+    };
+    let gamma = cfg.gamma.unwrap_or(1.0 / n_features.max(1) as f64);
+    match cfg.kernel.unwrap_or(default) {
+        KernelName::Linear => Kernel::Linear,
+        KernelName::Rbf => Kernel::Rbf { gamma },
+        KernelName::Poly => Kernel::Poly {
+            degree: cfg.degree,
+            gamma,
+            coef0: cfg.coef0,
+        },
+    }
+}
+
+fn algorithm_of(cfg: &crate::config::ModelConfig, n_features: usize) -> Result<Algorithm, String> {
+    let kernel = kernel_of(cfg, n_features);
+    let time_limit = cfg.time_limit.map(|d| d.0);
+    match cfg.algorithm {
+        AlgorithmName::Usmo => {
+            let prior = cfg.prior.ok_or("usmo needs model.prior")?;
+            let mut p = UsmoParams::new(prior, cfg.lambda, kernel);
+            p.tol = cfg.tol.unwrap_or(p.tol);
+            p.max_iter = cfg.max_iter;
+            p.time_limit = time_limit;
+            p.cache_bytes = cfg.cache_mb.saturating_mul(1 << 20);
+            p.check().map(Algorithm::Usmo).map_err(|e| e.to_string())
+        }
+        AlgorithmName::Tfpl => {
+            let mut p = TfplParams::new(cfg.rank_tau.unwrap_or(cfg.tau), cfg.reg);
+            p.kernel = kernel;
+            p.tol = cfg.tol.unwrap_or(p.tol);
+            p.max_iter = cfg.max_iter;
+            p.time_limit = time_limit;
+            p.max_gram_bytes = cfg.max_gram_mb.saturating_mul(1 << 20);
+            p.check().map(Algorithm::Tfpl).map_err(|e| e.to_string())
+        }
+    }
+}
+
+fn threshold_spec(cfg: &crate::config::ModelConfig, with_negatives: bool) -> ThresholdSpec {
+    let method = match cfg.threshold {
+        Some(ThresholdName::Oob) => ThresholdMethod::Oob,
+        Some(ThresholdName::Umbrella) => ThresholdMethod::Umbrella,
+        Some(ThresholdName::PuUmbrella) => ThresholdMethod::PuUmbrella,
+        None if with_negatives => ThresholdMethod::Umbrella,
+        None => ThresholdMethod::PuUmbrella,
+    };
+    let lo = cfg.prior_min.or(cfg.prior);
+    let hi = cfg.prior_max.or(cfg.prior);
+    ThresholdSpec {
+        method: Some(method),
+        tau: cfg.tau,
+        delta: cfg.delta,
+        calibration_fraction: f64::from(cfg.calibration_percent) / 100.0,
+        prior_interval: lo.zip(hi),
+        rounds: cfg.rounds,
+        oob_rule: match cfg.oob_rule {
+            OobRuleName::Quantile => OobRule::Quantile,
+            OobRuleName::Npscore => OobRule::NpScore,
+        },
+        seed: cfg.seed,
+    }
+}
+
+fn model_of(
+    cfg: &crate::config::ModelConfig,
+    scaler: Scaler,
+    fit: Fit,
+    fingerprint: Fingerprint,
+    threshold: ThresholdResult,
+) -> Model {
+    match fit {
+        Fit::Usmo(fit) => Model::Usmo(UsmoEntry {
+            scaler,
+            tol: cfg.tol.unwrap_or(1e-3),
+            fit,
+            fingerprint,
+            threshold: Some(threshold),
+        }),
+        Fit::Tfpl(fit) => Model::Tfpl(TfplEntry {
+            scaler,
+            tol: cfg.tol.unwrap_or(1e-6),
+            fit,
+            fingerprint,
+            threshold: Some(threshold),
+        }),
+    }
+}
+
+fn fit_of(model: &Model) -> Fit {
+    match model {
+        Model::Usmo(e) => Fit::Usmo(e.fit.clone()),
+        Model::Tfpl(e) => Fit::Tfpl(e.fit.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LoadedConfig;
+    use crate::stream::record::RecordReader;
+
+    const STREAM: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/streams/spambase.jsonl.gz"
+    );
+
+    fn engine(dir: &std::path::Path, extra: &str) -> (Engine, Arc<Registry>) {
+        let text = format!(
+            "[source]\npath = \"{STREAM}\"\n[state]\ndir = \"state\"\n[model]\nalgorithm = \"usmo\"\nprior = 0.38\nprior_min = 0.33\nprior_max = 0.43\ntau = 0.05\nseed = 1\n[retrain]\nmin_negative = 100\n{extra}"
+        );
+        let loaded =
+            LoadedConfig::from_str_with_env(&text, &dir.join("neyman.toml"), std::iter::empty())
+                .expect("valid config");
+        let config = loaded.config;
+        let registry = Arc::new(Registry::new(5));
+        let store = ModelStore::open(&config.state.dir, 5).expect("store");
+        let dlq = DlqWriter::open(&dir.join("dlq.jsonl")).expect("dlq");
+        let metrics = Metrics::new(&prometheus::Registry::new()).expect("metrics");
+        let e = Engine::new(
+            EngineParts {
+                config,
+                metrics,
+                registry: Arc::clone(&registry),
+                store,
+                scores: Box::new(std::io::sink()),
+                dlq,
+                cancel: Arc::new(AtomicBool::new(false)),
+            },
+            false,
+        )
+        .expect("engine");
+        (e, registry)
+    }
+
+    #[test]
+    fn a_rejected_retrain_keeps_the_active_model() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, registry) = engine(dir.path(), "");
+        for record in RecordReader::open(std::path::Path::new(STREAM)).expect("stream") {
+            e.handle(&record.expect("record")).expect("handled");
+            if registry.active().is_some() {
+                break;
+            }
+        }
+        let active = registry.active().expect("a first model").meta.version;
+        // τ = 0.1 % needs ⌈log 0.05 / log 0.999⌉ = 2995 calibration negatives: none certify.
+        e.config.model.tau = 0.001;
+        let outcome = e.retrain();
+        assert!(
+            matches!(
+                outcome,
+                RetrainOutcome::Rejected {
+                    reason: GateReason::NoThreshold,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+        assert_eq!(registry.active().map(|m| m.meta.version), Some(active));
+        assert_eq!(
+            e.metrics.retrains.with_label_values(&["rejected"]).get(),
+            // The bundled stream's first retrain (before enough negatives) is rejected too.
+            2
+        );
+        // A bad parameter is a failed retrain, also keeping the model.
+        e.config.model.tau = 0.05;
+        e.config.model.lambda = f64::NAN;
+        assert!(matches!(e.retrain(), RetrainOutcome::Failed { .. }));
+        assert_eq!(registry.active().map(|m| m.meta.version), Some(active));
+        assert_eq!(e.metrics.retrains.with_label_values(&["failed"]).get(), 1);
+    }
+
+    #[test]
+    fn the_gate_rejects_a_worse_np_score_and_a_loose_fpr_bound() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, registry) = engine(dir.path(), "");
+        let mut handled = 0;
+        for record in RecordReader::open(std::path::Path::new(STREAM)).expect("stream") {
+            e.handle(&record.expect("record")).expect("handled");
+            handled += 1;
+            if registry.active().is_some() && handled > 2500 {
+                break;
+            }
+        }
+        let active = registry.active().expect("model");
+        let n = e.dimension().expect("locked");
+        let snapshot = e.training_snapshot(n).expect("snapshot");
+        // The active model against itself passes.
+        assert_eq!(e.gate(&active.model, &snapshot), None);
+        // A threshold whose certificate misses τ fails.
+        let mut loose = active.model.clone();
+        if let Model::Usmo(entry) = &mut loose {
+            if let Some(t) = entry.threshold.as_mut() {
+                t.fpr_bound = Some(0.2);
+            }
+        }
+        assert!(matches!(
+            e.gate(&loose, &snapshot),
+            Some(RetrainOutcome::Rejected {
+                reason: GateReason::FprBound,
+                ..
+            })
+        ));
+        // A threshold that flags nothing has TPR 0: its NP-score is worse by ~ the TPR.
+        let mut blind = active.model.clone();
+        if let Model::Usmo(entry) = &mut blind {
+            if let Some(t) = entry.threshold.as_mut() {
+                t.threshold = f64::INFINITY;
+            }
+        }
+        assert!(matches!(
+            e.gate(&blind, &snapshot),
+            Some(RetrainOutcome::Rejected {
+                reason: GateReason::NpScore,
+                ..
+            })
+        ));
+    }
+}
