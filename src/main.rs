@@ -59,6 +59,9 @@ fn main() -> ExitCode {
         Command::Bench {
             command: BenchCommand::Projection(a),
         } => cli::bench::projection(a),
+        Command::Bench {
+            command: BenchCommand::Scoring(a),
+        } => cli::bench::scoring(a),
         Command::Stream {
             command: StreamCommand::Make(a),
         } => cli::stream::make(a),

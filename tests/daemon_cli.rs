@@ -238,3 +238,57 @@ fn a_corrupt_newest_model_falls_back_to_the_previous_one() {
     assert_eq!(scores.len(), 20);
     assert!(scores.iter().all(|s| s["model_version"] == previous));
 }
+
+#[test]
+fn bench_scoring_and_inspect_read_a_daemon_model() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (stream, _) = stream_with_bad_events(dir.path(), 1500);
+    let (code, stderr) = replay(dir.path(), &stream, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let model = std::fs::read_dir(dir.path().join("state/models"))
+        .expect("models")
+        .map(|e| e.expect("entry").path())
+        .max()
+        .expect("a stored model");
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "scoring",
+            "--events",
+            "300",
+            "--repeats",
+            "1",
+            "--report",
+            "json",
+            "--model",
+        ])
+        .arg(&model)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["events"], 300);
+    assert_eq!(report["n_features"], 57);
+    assert!(report["n_support"].as_u64().expect("n_support") > 0);
+    for key in ["rbf", "linear"] {
+        assert!(report[key]["ours_seconds"].as_f64().expect("seconds") > 0.0);
+    }
+    assert!(report["rbf"]["speedup"].as_f64().expect("speedup") > 0.0);
+    assert!(report["linear"]["ratio"].as_f64().expect("ratio") > 0.0);
+    // The fast paths compute the same values as the plain loops.
+    assert!(report["max_relative_difference"].as_f64().expect("diff") < 1e-9);
+
+    let out = Command::new(BIN)
+        .args(["model", "inspect"])
+        .arg(&model)
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(meta["algorithm"], "usmo");
+    assert_eq!(meta["n_features"], 57);
+}

@@ -132,6 +132,24 @@ pub struct StreamMakeArgs {
 pub enum BenchCommand {
     /// The Γ_k projection of τ-FPL: divide & conquer vs sort-and-sweep vs one plain pass.
     Projection(BenchProjectionArgs),
+    /// Batched in-process scoring vs naive loops (RBF) and a plain dot product (linear).
+    Scoring(BenchScoringArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchScoringArgs {
+    /// A model file (`neyman train` or a daemon state file); its support vectors are used.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Events scored per repeat (iid N(0,1), dense).
+    #[arg(long, default_value_t = 20_000)]
+    pub events: usize,
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
 }
 
 #[derive(Debug, Clone, Args)]

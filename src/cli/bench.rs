@@ -6,9 +6,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use super::args::{BenchProjectionArgs, ReportFormat};
-use super::CliError;
+use super::args::{BenchProjectionArgs, BenchScoringArgs, ReportFormat};
+use super::{read_model, CliError};
+use crate::data::Rows;
+use crate::learn::kernel::{Kernel, KernelExpansion};
 use crate::learn::projection::{project, project_sorted, ProjectionWorkspace};
+use crate::learn::Scorer;
 
 /// iid N(0, 1) values (Box–Muller) from a fixed seed.
 fn normals(len: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
@@ -89,6 +92,156 @@ pub fn projection(args: &BenchProjectionArgs) -> Result<(), CliError> {
              {stream:.6}s, {visits} visits ({:.2} per element)",
             sort / dc,
             visits as f64 / (m + n) as f64
+        ),
+    }
+    Ok(())
+}
+
+/// The naive RBF baseline: per event, scale, then per support vector a scalar squared distance
+/// and `exp`. Same build flags as the real path; `black_box` keeps the work.
+fn naive_rbf(expansion: &KernelExpansion, gamma: f64, scaled: &[f64], d: usize, out: &mut [f64]) {
+    let sv = expansion
+        .support
+        .as_dense()
+        .expect("the bench densifies the support vectors");
+    for (x, o) in scaled.chunks_exact(d).zip(out.iter_mut()) {
+        let mut acc = expansion.bias;
+        for (s, &c) in sv.outer_iter().zip(&expansion.coef) {
+            let mut dist = 0.0;
+            for (a, b) in x.iter().zip(s.iter()) {
+                let t = a - b;
+                dist += t * t;
+            }
+            acc += c * (-gamma * dist).exp();
+        }
+        *o = std::hint::black_box(acc);
+    }
+}
+
+/// `neyman bench scoring`: in-process batched scoring (`Scorer::score_batch`, blocks of 256,
+/// no per-event allocation) against plain loops over the same events, in one run:
+/// - `rbf`: the model's support vectors and coefficients with an RBF kernel (the model's γ, or
+///   1/d for a non-RBF model) against a naive loop (per event × per support vector, scalar
+///   squared distance then `exp`); target speedup ≥ 2.5.
+/// - `linear`: the same support vectors with a linear kernel (collapsed to w) against a plain
+///   dot-product loop over w; target ratio ≥ 0.8.
+///
+/// Events are iid N(0, 1) from `--seed`; both sides scale them with the model's scaler, so the
+/// comparison is of the scoring itself. Medians over `--repeats`.
+pub fn scoring(args: &BenchScoringArgs) -> Result<(), CliError> {
+    if args.events == 0 || args.repeats == 0 {
+        return Err(CliError::Usage(
+            "--events and --repeats must be at least 1".into(),
+        ));
+    }
+    let model = read_model(&args.model)?;
+    let d = model.n_features();
+    let scaler = model.scaler().clone();
+    let expansion = model.expansion();
+    // Dense support vectors, so both paths read the same memory layout.
+    let support = match &expansion.support {
+        Rows::Dense(_) => expansion.support.clone(),
+        sparse => {
+            let mut m = ndarray::Array2::zeros((sparse.n_rows(), d));
+            for (r, mut row) in m.outer_iter_mut().enumerate() {
+                if let Some(slice) = row.as_slice_mut() {
+                    sparse.row(r).write_dense(slice);
+                }
+            }
+            Rows::dense(m)
+        }
+    };
+    let gamma = match expansion.kernel {
+        Kernel::Rbf { gamma } => gamma,
+        _ => 1.0 / d.max(1) as f64,
+    };
+    let coef = expansion.coef.clone();
+    let rbf = KernelExpansion::new(
+        Kernel::Rbf { gamma },
+        support.clone(),
+        coef.clone(),
+        expansion.bias,
+    );
+    let linear = KernelExpansion::new(Kernel::Linear, support.clone(), coef, expansion.bias);
+    let w = linear
+        .linear_weights()
+        .ok_or_else(|| CliError::Training("a linear expansion has weights".into()))?
+        .to_vec();
+
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let raw = ndarray::Array2::from_shape_vec((args.events, d), normals(args.events * d, &mut rng))
+        .map_err(|e| CliError::Training(e.to_string()))?;
+    let raw_rows = Rows::dense(raw);
+    let scaled = scaler.transform(&raw_rows);
+    let Some(scaled_view) = scaled.as_dense() else {
+        return Err(CliError::Training("scaled rows are not dense".into()));
+    };
+    let flat: Vec<f64> = scaled_view.iter().copied().collect();
+    let mut out = vec![0.0; args.events];
+    let mut reference = vec![0.0; args.events];
+    let time = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        f();
+        start.elapsed().as_secs_f64()
+    };
+    let (mut rbf_ours, mut rbf_naive, mut lin_ours, mut lin_plain) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut worst_diff: f64 = 0.0;
+    for _ in 0..args.repeats {
+        rbf_ours.push(time(&mut || rbf.decision_dense(scaled_view, &mut out)));
+        rbf_naive.push(time(&mut || {
+            naive_rbf(&rbf, gamma, &flat, d, &mut reference)
+        }));
+        for (a, b) in out.iter().zip(&reference) {
+            worst_diff = worst_diff.max((a - b).abs() / b.abs().max(1.0));
+        }
+        lin_ours.push(time(&mut || linear.decision_dense(scaled_view, &mut out)));
+        lin_plain.push(time(&mut || {
+            for (x, o) in flat.chunks_exact(d).zip(reference.iter_mut()) {
+                let mut acc = linear.bias;
+                for (a, b) in x.iter().zip(&w) {
+                    acc += a * b;
+                }
+                *o = std::hint::black_box(acc);
+            }
+        }));
+        for (a, b) in out.iter().zip(&reference) {
+            worst_diff = worst_diff.max((a - b).abs() / b.abs().max(1.0));
+        }
+    }
+    // The whole in-process path (scaling included) for the model as it is.
+    let mut full = Vec::new();
+    for _ in 0..args.repeats {
+        full.push(time(&mut || model.score_batch(&raw_rows, &mut out)));
+    }
+    let (ro, rn, lo, lp, fm) = (
+        median(rbf_ours),
+        median(rbf_naive),
+        median(lin_ours),
+        median(lin_plain),
+        median(full),
+    );
+    let report = json!({
+        "events": args.events,
+        "n_features": d,
+        "n_support": support.n_rows(),
+        "batch": 256,
+        "rbf": {"gamma": gamma, "ours_seconds": ro, "naive_seconds": rn, "speedup": rn / ro},
+        "linear": {"ours_seconds": lo, "plain_seconds": lp, "ratio": lp / lo},
+        "model": {"algorithm": model.algorithm(), "seconds": fm,
+                  "events_per_second": args.events as f64 / fm},
+        "max_relative_difference": worst_diff,
+    });
+    match args.report {
+        Some(ReportFormat::Json) => println!("{report}"),
+        None => println!(
+            "{} events, d = {d}, {} support vectors\nrbf: ours {ro:.4}s, naive {rn:.4}s, speedup {:.2}\nlinear: ours {lo:.4}s, plain {lp:.4}s, ratio {:.2}\nmodel ({}): {:.0} events/s",
+            args.events,
+            support.n_rows(),
+            rn / ro,
+            lp / lo,
+            model.algorithm(),
+            args.events as f64 / fm
         ),
     }
     Ok(())

@@ -187,8 +187,15 @@ fn with_spinner<T>(quiet: bool, message: &str, work: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Reads a model file: one written by `neyman train`, or one the daemon stored in its state
+/// directory (which wraps the same model with its version and training metadata).
 fn read_model(path: &Path) -> Result<Model, CliError> {
     let bytes = std::fs::read(path).map_err(|e| CliError::file(path, e))?;
+    if bytes.starts_with(crate::engine::store::MAGIC) {
+        return crate::engine::store::StoredModel::from_file_bytes(&bytes)
+            .map(|s| s.model)
+            .map_err(|e| CliError::file(path, e));
+    }
     Model::from_file_bytes(&bytes).map_err(|e| CliError::file(path, e))
 }
 

@@ -295,6 +295,11 @@ impl KernelExpansion {
     }
 
     /// Decision values for already-scaled rows.
+    /// w = Σ coef_s sv_s for the linear kernel (what linear scoring dots with), else `None`.
+    pub fn linear_weights(&self) -> Option<&[f64]> {
+        self.linear_weights.as_deref()
+    }
+
     pub fn decision_batch(&self, rows: &Rows, out: &mut [f64]) {
         assert_eq!(rows.n_rows(), out.len(), "one output per row");
         match rows {
