@@ -24,12 +24,16 @@
 //!   watermarks and the stable calibration hash ([`engine::window`]), model persistence in the
 //!   state directory ([`engine::store`]) and the atomically swapped active model
 //!   ([`engine::registry`]).
+//! - [`serve`]: the daemon's HTTP API (axum on tokio, in the daemon's process): scoring
+//!   requests with the active model, model metadata, the admin rollback, `/metrics`, health and
+//!   readiness; every response counted by route template.
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
 //! - `main.rs`: the `neyman` command line (clap) and nothing else; the subcommands' work lives in
 //!   [`cli`].
 //!
-//! Dependencies point down: `cli` uses everything; `engine` uses `stream`, `data`, `learn`,
-//! `config` and `telemetry`; `stream` uses only `data`; `learn` uses only `data::rows` (the row
+//! Dependencies point down: `cli` uses everything; `serve` uses `engine`, `stream`, `config`
+//! and `telemetry`; `engine` uses `stream`, `data`, `learn`, `config` and `telemetry` (which
+//! knows the stored-model type only to point its active-model gauges at one); `stream` uses only `data`; `learn` uses only `data::rows` (the row
 //! type) and `data::scale` (the scaler stored in a model).
 
 pub mod cli;
@@ -38,5 +42,6 @@ pub mod config;
 pub mod data;
 pub mod engine;
 pub mod learn;
+pub mod serve;
 pub mod stream;
 pub mod telemetry;

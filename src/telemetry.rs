@@ -12,6 +12,8 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::engine::store::StoredModel;
+
 /// The channels an event can arrive on.
 pub const CHANNELS: [&str; 3] = ["positive", "unlabeled", "negative"];
 /// What happened to an arriving event.
@@ -337,6 +339,27 @@ impl Metrics {
                 )?,
             )?,
         })
+    }
+}
+
+impl Metrics {
+    /// Points the active-model gauges (version, training time, threshold, τ, FPR bound, TPR
+    /// estimate) at `model`; called after every install and rollback, so the dashboards
+    /// describe the model that scores now and not the last one trained. A value the model does
+    /// not have (no threshold; `oob`'s bound) is NaN, which Prometheus shows as absent data
+    /// rather than a misleading 0.
+    pub fn set_active(&self, model: &StoredModel) {
+        self.model_version
+            .set(i64::try_from(model.meta.version).unwrap_or(i64::MAX));
+        self.model_trained_at
+            .set(model.meta.trained_at_ms as f64 / 1000.0);
+        let t = model.model.threshold();
+        self.threshold.set(t.map_or(f64::NAN, |t| t.threshold));
+        self.target_fpr.set(t.map_or(f64::NAN, |t| t.tau));
+        self.fpr_bound
+            .set(t.and_then(|t| t.fpr_bound).unwrap_or(f64::NAN));
+        self.tpr_estimate
+            .set(t.and_then(|t| t.tpr_estimate).unwrap_or(f64::NAN));
     }
 }
 

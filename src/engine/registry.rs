@@ -92,6 +92,22 @@ impl Registry {
         Ok((current, previous))
     }
 
+    /// The remembered models, newest first, each with whether it is the active one. Read
+    /// under the history lock, which every install and rollback holds while it swaps, so
+    /// exactly one entry is active (none before the first install).
+    pub fn models(&self) -> Vec<(Arc<StoredModel>, bool)> {
+        let history = self.lock();
+        let active = self.active.load();
+        history
+            .iter()
+            .rev()
+            .map(|m| {
+                let is_active = active.as_ref().is_some_and(|a| Arc::ptr_eq(a, m));
+                (Arc::clone(m), is_active)
+            })
+            .collect()
+    }
+
     /// The remembered models' metadata, newest first.
     pub fn list(&self) -> Vec<ModelMeta> {
         self.lock().iter().rev().map(|m| m.meta.clone()).collect()
@@ -178,6 +194,13 @@ mod tests {
         let (retired, active) = r.rollback().expect("previous exists");
         assert_eq!((retired.meta.version, active.meta.version), (4, 3));
         assert_eq!(r.active().map(|m| m.meta.version), Some(3));
+        assert_eq!(
+            r.models()
+                .iter()
+                .map(|(m, active)| (m.meta.version, *active))
+                .collect::<Vec<_>>(),
+            vec![(3, true), (2, false)]
+        );
         let resumed = Registry::resumed(3, vec![stored(9), stored(8)]);
         assert_eq!(resumed.active().map(|m| m.meta.version), Some(9));
         assert_eq!(resumed.rollback().map(|(_, a)| a.meta.version), Ok(8));

@@ -274,6 +274,20 @@ pub fn parse_event(
     expected_dim: Option<usize>,
     limits: &EventLimits,
 ) -> Result<Event, Rejection> {
+    parse_event_with(payload, expected_dim, limits, true).map(|(event, _)| event)
+}
+
+/// [`parse_event`] with `ts` optional when `ts_required` is false: `POST /v1/score` takes
+/// events without a time (scoring needs none, and an ad-hoc caller has none to give). Returns
+/// the event and whether `ts` was given; without it the event's `ts` is 0, a placeholder the
+/// caller must not use as a time (the score object then carries a null `ts`). A `ts` that is
+/// present is validated exactly as in [`parse_event`], and `"ts": null` counts as absent.
+pub fn parse_event_with(
+    payload: &[u8],
+    expected_dim: Option<usize>,
+    limits: &EventLimits,
+    ts_required: bool,
+) -> Result<(Event, bool), Rejection> {
     use RejectReason::*;
 
     if payload.len() > limits.max_bytes {
@@ -306,20 +320,26 @@ pub fn parse_event(
         ));
     }
 
-    let ts = raw.ts.ok_or_else(|| reject(MissingTs, "no \"ts\""))?;
-    let ts = match serde_json::from_str::<Value>(ts.get()) {
-        Ok(Value::Number(n)) => n.as_i64().filter(|&t| t >= 0),
-        _ => None,
-    }
-    .ok_or_else(|| {
-        reject(
-            InvalidTs,
-            format!(
-                "{} is not a non-negative integer (epoch ms)",
-                clip(ts.get())
-            ),
-        )
-    })?;
+    let (ts, ts_given) = match raw.ts {
+        Some(ts) => {
+            let parsed = match serde_json::from_str::<Value>(ts.get()) {
+                Ok(Value::Number(n)) => n.as_i64().filter(|&t| t >= 0),
+                _ => None,
+            };
+            let ts = parsed.ok_or_else(|| {
+                reject(
+                    InvalidTs,
+                    format!(
+                        "{} is not a non-negative integer (epoch ms)",
+                        clip(ts.get())
+                    ),
+                )
+            })?;
+            (ts, true)
+        }
+        None if ts_required => return Err(reject(MissingTs, "no \"ts\"")),
+        None => (0, false),
+    };
 
     let x = raw.x.ok_or_else(|| reject(MissingFeatures, "no \"x\""))?;
     let x = parse_features(x.get(), expected_dim)?;
@@ -331,7 +351,7 @@ pub fn parse_event(
                 .map_err(|e| reject(InvalidMeta, format!("not a JSON object: {e}")))?,
         ),
     };
-    Ok(Event { id, ts, x, meta })
+    Ok((Event { id, ts, x, meta }, ts_given))
 }
 
 fn parse_features(x: &str, expected_dim: Option<usize>) -> Result<Features, Rejection> {
@@ -686,6 +706,36 @@ mod tests {
             .unwrap_err()
             .to_string(),
             "invalid_sparse: index 5 is not below the dimension 5"
+        );
+    }
+
+    #[test]
+    fn ts_is_optional_only_when_not_required() {
+        let limits = EventLimits::default();
+        let with = |text: &str, required: bool| {
+            parse_event_with(text.as_bytes(), Some(2), &limits, required)
+        };
+        let (e, given) = with(r#"{"id":"a","x":[1,2]}"#, false).unwrap();
+        assert_eq!((e.id.as_str(), e.ts, given), ("a", 0, false));
+        let (e, given) = with(r#"{"id":"a","ts":null,"x":[1,2]}"#, false).unwrap();
+        assert_eq!((e.ts, given), (0, false));
+        let (e, given) = with(r#"{"id":"a","ts":42,"x":[1,2]}"#, false).unwrap();
+        assert_eq!((e.ts, given), (42, true));
+        // A ts that is there is still checked.
+        assert_eq!(
+            with(r#"{"id":"a","ts":-1,"x":[1,2]}"#, false)
+                .unwrap_err()
+                .reason,
+            RejectReason::InvalidTs
+        );
+        assert_eq!(
+            with(r#"{"id":"a","x":[1,2]}"#, true).unwrap_err().reason,
+            RejectReason::MissingTs
+        );
+        // The other checks keep their order: a missing id is found before the missing ts.
+        assert_eq!(
+            with(r#"{"x":[1,2]}"#, false).unwrap_err().reason,
+            RejectReason::MissingId
         );
     }
 

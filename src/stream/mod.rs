@@ -17,7 +17,9 @@ pub mod make;
 pub mod record;
 
 pub use dlq::{DlqError, DlqRecord, DlqWriter};
-pub use event::{parse_event, Event, EventLimits, Features, RejectReason, Rejection};
+pub use event::{
+    parse_event, parse_event_with, Event, EventLimits, Features, RejectReason, Rejection,
+};
 pub use record::{Record, RecordError, RecordReader, RecordWriter};
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,267 @@
+//! The daemon's HTTP API (axum on tokio), served from the daemon's own process so it reads the
+//! same [`Registry`] the learner swaps models into.
+//!
+//! Routes (README "HTTP API" has examples):
+//!
+//! | route | answer |
+//! | --- | --- |
+//! | `POST /v1/score` | one event → one score object; an array → an array, same order |
+//! | `GET /v1/model` | the active model's metadata and threshold |
+//! | `GET /v1/models` | the remembered models, newest first, with which one is active |
+//! | `POST /v1/model/rollback` | admin (bearer token): reinstate the previous model |
+//! | `GET /metrics` | Prometheus text exposition |
+//! | `GET /healthz`, `GET /readyz` | liveness; readiness (a model is active) |
+//!
+//! Every error is JSON `{"error": "..."}` (plus `reason`/`index` for rejected events), every
+//! response is counted in `neyman_http_requests_total{route, status}` under its route
+//! *template*: an unknown path counts as `other`, so a scanner cannot blow up the label set.
+//!
+//! The daemon starts it with [`bind`] and [`serve`] on an [`AppState`]; tests drive
+//! [`router`] directly.
+
+mod admin;
+mod model;
+mod score;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Map, Value};
+use tokio::net::TcpListener;
+
+use crate::config::{HttpConfig, Secret};
+use crate::engine::registry::Registry;
+use crate::engine::store::ModelStore;
+use crate::stream::EventLimits;
+use crate::telemetry::{self, Metrics};
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("http.listen {addr:?}: cannot listen: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("HTTP server on {addr}: {source}")]
+    Serve {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Request size limits of the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Largest request body, bytes (413 beyond it, checked before the body is buffered).
+    pub max_body_bytes: usize,
+    /// Most events in one `POST /v1/score` array (413 beyond it).
+    pub max_batch: usize,
+    /// Per-event limits, the same the stream intake applies, so an event the API accepts is
+    /// one the stream would accept too.
+    pub event: EventLimits,
+}
+
+impl HttpLimits {
+    /// The limits of `[http]`, with the stream's per-event limits.
+    pub fn new(http: &HttpConfig, event: EventLimits) -> HttpLimits {
+        HttpLimits {
+            max_body_bytes: http.max_body_bytes,
+            max_batch: http.max_batch,
+            event,
+        }
+    }
+}
+
+/// What the handlers share. The router holds it in an `Arc`, so cloning the router or the
+/// state per connection costs a reference count.
+#[derive(Debug)]
+pub struct AppState {
+    /// The daemon's registry: the learner installs into it, the API reads and rolls back.
+    pub registry: Arc<Registry>,
+    /// The state directory, when the daemon persists models: a rollback retires the rolled-back
+    /// model's file there, so a restart does not resume it.
+    pub store: Option<ModelStore>,
+    pub metrics: Metrics,
+    /// The registry [`Metrics`] is registered on, exposed at `GET /metrics`.
+    pub prometheus: prometheus::Registry,
+    /// The admin bearer token; `None` disables the admin routes (403).
+    pub admin_token: Option<Secret>,
+    pub limits: HttpLimits,
+}
+
+type Shared = Arc<AppState>;
+
+/// The API's routes on `state`.
+pub fn router(state: AppState) -> Router {
+    let state: Shared = Arc::new(state);
+    Router::new()
+        .route("/v1/score", post(score::score))
+        .route("/v1/model", get(model::active))
+        .route("/v1/models", get(model::list))
+        .route("/v1/model/rollback", post(admin::rollback))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            count_requests,
+        ))
+        .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .with_state(state)
+}
+
+/// Binds `addr` (`http.listen`), naming it in the error.
+pub async fn bind(addr: &str) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: addr.to_owned(),
+            source,
+        })
+}
+
+/// Serves the API on `listener` until `shutdown` completes, then stops accepting and waits for
+/// the requests in flight to finish (graceful shutdown).
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| "?".to_owned(), |a: SocketAddr| a.to_string());
+    tracing::info!(%addr, "HTTP API listening");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|source| ServeError::Serve { addr, source })
+}
+
+/// An error response: a status and the JSON object `{"error": ..., ...}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    body: Map<String, Value>,
+    www_authenticate: Option<&'static str>,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        let mut body = Map::new();
+        body.insert("error".into(), Value::String(message.into()));
+        ApiError {
+            status,
+            body,
+            www_authenticate: None,
+        }
+    }
+
+    /// Adds a field besides `error`.
+    pub(crate) fn with(mut self, key: &str, value: impl Into<Value>) -> ApiError {
+        self.body.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the `WWW-Authenticate` challenge a 401 must carry (RFC 7235).
+    pub(crate) fn challenge(mut self, challenge: &'static str) -> ApiError {
+        self.www_authenticate = Some(challenge);
+        self
+    }
+
+    pub(crate) fn no_model() -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no model is active yet")
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(Value::Object(self.body))).into_response();
+        if let Some(challenge) = self.www_authenticate {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
+        }
+        response
+    }
+}
+
+/// Counts every response under its route template (`other` when no route matched), after the
+/// handler ran, so the status is the one sent.
+async fn count_requests(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "other".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    state
+        .metrics
+        .http_requests
+        .with_label_values(&[route.as_str(), response.status().as_str()])
+        .inc();
+    response
+}
+
+/// The Prometheus text format version 0.0.4 content type, which scrapers negotiate on.
+const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+
+async fn metrics(State(state): State<Shared>) -> Result<Response, ApiError> {
+    let text = telemetry::encode(&state.prometheus)
+        .map_err(|e| ApiError::internal(format!("cannot encode the metrics: {e}")))?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROMETHEUS_CONTENT_TYPE),
+        )],
+        text,
+    )
+        .into_response())
+}
+
+/// Liveness: answering at all is the signal.
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Readiness: scoring works only once a model is active, so a load balancer should not send
+/// traffic before.
+async fn readyz(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let model = state.registry.active().ok_or_else(ApiError::no_model)?;
+    Ok(Json(
+        json!({"status": "ready", "model_version": model.meta.version}),
+    ))
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no route {} {}", request.method(), request.uri().path()),
+    )
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} is not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
