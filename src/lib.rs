@@ -32,9 +32,9 @@
 //!   [`cli`].
 //!
 //! Dependencies point down: `cli` uses everything; `serve` uses `engine`, `stream`, `config`
-//! and `telemetry`; `engine` uses `stream`, `data`, `learn`, `config` and `telemetry` (which
-//! knows the stored-model type only to point its active-model gauges at one); `stream` uses only `data`; `learn` uses only `data::rows` (the row
-//! type) and `data::scale` (the scaler stored in a model).
+//! and `telemetry`; `engine` uses `stream`, `data`, `learn`, `config` and `telemetry`;
+//! `telemetry` uses only `learn::threshold`; `stream` uses only `data`; `learn` uses only
+//! `data::rows` (the row type) and `data::scale` (the scaler stored in a model).
 
 pub mod cli;
 pub mod codec;

@@ -12,7 +12,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::engine::store::StoredModel;
+use crate::learn::threshold::ThresholdResult;
 
 /// The channels an event can arrive on.
 pub const CHANNELS: [&str; 3] = ["positive", "unlabeled", "negative"];
@@ -348,12 +348,16 @@ impl Metrics {
     /// describe the model that scores now and not the last one trained. A value the model does
     /// not have (no threshold; `oob`'s bound) is NaN, which Prometheus shows as absent data
     /// rather than a misleading 0.
-    pub fn set_active(&self, model: &StoredModel) {
+    pub fn set_active(
+        &self,
+        version: u64,
+        trained_at_ms: i64,
+        threshold: Option<&ThresholdResult>,
+    ) {
         self.model_version
-            .set(i64::try_from(model.meta.version).unwrap_or(i64::MAX));
-        self.model_trained_at
-            .set(model.meta.trained_at_ms as f64 / 1000.0);
-        let t = model.model.threshold();
+            .set(i64::try_from(version).unwrap_or(i64::MAX));
+        self.model_trained_at.set(trained_at_ms as f64 / 1000.0);
+        let t = threshold;
         self.threshold.set(t.map_or(f64::NAN, |t| t.threshold));
         self.target_fpr.set(t.map_or(f64::NAN, |t| t.tau));
         self.fpr_bound

@@ -72,6 +72,8 @@ dir = "state"
 [retrain]
 min_negative = 100
 every_events = 500
+[http]
+listen = "127.0.0.1:0"
 [model]
 algorithm = "usmo"
 prior = 0.38

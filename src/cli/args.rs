@@ -81,6 +81,9 @@ pub struct ReplayArgs {
     /// Start without resuming the newest stored model.
     #[arg(long)]
     pub no_resume: bool,
+    /// Keep serving HTTP after the end of input, until SIGINT/SIGTERM.
+    #[arg(long)]
+    pub keep_serving: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -224,7 +224,7 @@ impl Engine {
                     scaler: newest.model.scaler().clone(),
                     previous: Some(fit_of(&newest.model)),
                 });
-                self.publish_active(newest);
+                newest.publish(&self.metrics);
                 tracing::info!(version = newest.meta.version, "resumed the stored model");
                 let keep = self.config.state.keep_models;
                 let mut oldest_first: Vec<StoredModel> = usable.into_iter().take(keep).collect();
@@ -402,18 +402,6 @@ impl Engine {
                 .window_bytes
                 .with_label_values(&[c.as_str()])
                 .set(w.bytes() as i64);
-        }
-    }
-
-    fn publish_active(&self, model: &StoredModel) {
-        let m = &self.metrics;
-        m.model_version.set(model.meta.version as i64);
-        m.model_trained_at
-            .set(model.meta.trained_at_ms as f64 / 1000.0);
-        if let Some(t) = model.model.threshold() {
-            m.threshold.set(t.threshold);
-            m.fpr_bound.set(t.fpr_bound.unwrap_or(f64::NAN));
-            m.tpr_estimate.set(t.tpr_estimate.unwrap_or(f64::NAN));
         }
     }
 
@@ -610,7 +598,7 @@ impl Engine {
                 detail: e.to_string(),
             };
         }
-        self.publish_active(&stored);
+        stored.publish(&self.metrics);
         self.registry.install(stored);
         if let Err(e) = self.flush_pending() {
             return RetrainOutcome::Failed {

@@ -72,6 +72,15 @@ pub struct StoredModel {
 }
 
 impl StoredModel {
+    /// Points the active-model gauges at this model.
+    pub fn publish(&self, metrics: &crate::telemetry::Metrics) {
+        metrics.set_active(
+            self.meta.version,
+            self.meta.trained_at_ms,
+            self.model.threshold(),
+        );
+    }
+
     pub fn to_file_bytes(&self) -> Result<Vec<u8>, CodecError> {
         let payload = codec::to_bytes(self)?;
         Ok(codec::frame(

@@ -31,7 +31,7 @@ pub(super) async fn rollback(
     })?;
     let (old, new) = (retired.meta.version, active.meta.version);
     state.metrics.rollbacks.inc();
-    state.metrics.set_active(&active);
+    active.publish(&state.metrics);
     tracing::info!(retired = old, active = new, "model rolled back");
     if let Some(store) = state.store.clone() {
         let outcome = tokio::task::spawn_blocking(move || store.retire(old))

@@ -1,0 +1,289 @@
+//! `neyman run` as a service: the HTTP API answers while and after the stream is replayed,
+//! `/metrics` passes promtool, and SIGTERM ends the process with exit 0 and nothing lost.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use neyman::stream::record::{Record, RecordReader, RecordWriter};
+use neyman::stream::Channel;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_neyman");
+const STREAM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/streams/spambase.jsonl.gz"
+);
+
+/// One HTTP/1.1 request with `Connection: close`; (status, body).
+fn http(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)?;
+    let status = reply
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[test]
+fn run_serves_http_and_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().expect("dir");
+    let records: Vec<Record> = RecordReader::open(Path::new(STREAM))
+        .expect("bundled stream")
+        .take(2500)
+        .map(|r| r.expect("record"))
+        .collect();
+    let stream = dir.path().join("stream.jsonl");
+    let mut w = RecordWriter::create(&stream).expect("create");
+    for r in &records {
+        w.write(r).expect("write");
+    }
+    w.finish().expect("finish");
+    let port = free_port();
+    let config = dir.path().join("neyman.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+path = "stream.jsonl"
+[output]
+scores = "scores.jsonl"
+dlq = "dlq.jsonl"
+[state]
+dir = "state"
+[retrain]
+min_negative = 100
+[http]
+listen = "127.0.0.1:{port}"
+[model]
+algorithm = "usmo"
+prior = 0.38
+prior_min = 0.33
+prior_max = 0.43
+tau = 0.05
+seed = 1
+"#
+        ),
+    )
+    .expect("config");
+    let stderr = std::fs::File::create(dir.path().join("stderr.log")).expect("log");
+    let mut child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "neyman=info")
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start neyman run");
+
+    // Ready once a model is active (generous: a slow machine only waits longer).
+    let started = Instant::now();
+    loop {
+        if let Ok((200, _)) = http(port, "GET", "/readyz", "") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "not ready: {}",
+            std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default()
+        );
+        assert!(child.try_wait().expect("status").is_none(), "exited early");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let event = records
+        .iter()
+        .find(|r| r.channel == Channel::Unlabeled)
+        .map(|r| String::from_utf8(r.payload.clone()).expect("utf-8"))
+        .expect("an unlabeled event");
+    let (status, body) = http(port, "POST", "/v1/score", &event).expect("score");
+    assert_eq!(status, 200, "{body}");
+    let score: Value = serde_json::from_str(&body).expect("json");
+    assert!(score["model_version"].as_u64().expect("version") >= 1);
+    assert_eq!(score["status"], "scored");
+
+    let (status, body) = http(port, "GET", "/v1/model", "").expect("model");
+    assert_eq!(status, 200);
+    let model: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(model["algorithm"], "usmo");
+    assert_eq!(model["n_features"], 57);
+    assert!(model["fpr_bound"].as_f64().expect("bound") <= 0.05);
+
+    // Wait for the end of the stream (the service keeps serving), then check the metrics.
+    let started = Instant::now();
+    while !std::fs::read_to_string(dir.path().join("stderr.log"))
+        .unwrap_or_default()
+        .contains("end of the recorded stream")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "stream never ended"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, metrics) = http(port, "GET", "/metrics", "").expect("metrics");
+    assert_eq!(status, 200);
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (installed by scripts/test.sh)");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(metrics.as_bytes())
+        .expect("write");
+    let linted = promtool.wait_with_output().expect("promtool");
+    assert!(
+        linted.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&linted.stdout),
+        String::from_utf8_lossy(&linted.stderr)
+    );
+    let value = |line_start: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line_start} missing in\n{metrics}"))
+    };
+    assert!(value("neyman_retrains_total{result=\"swapped\"}") >= 1.0);
+    assert!(value("neyman_model_version ") >= 1.0);
+    assert_eq!(value("neyman_target_fpr "), 0.05);
+    assert!(value("neyman_http_requests_total{route=\"/v1/score\",status=\"200\"}") >= 1.0);
+
+    // SIGTERM: exit 0, and every unlabeled input is in the score file.
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("status") {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    let unlabeled = records
+        .iter()
+        .filter(|r| r.channel == Channel::Unlabeled)
+        .count();
+    let scored = std::fs::read_to_string(dir.path().join("scores.jsonl"))
+        .expect("scores")
+        .lines()
+        .count();
+    assert_eq!(scored, unlabeled);
+}
+
+#[test]
+fn sigterm_mid_stream_loses_no_event_that_was_read() {
+    let dir = tempfile::tempdir().expect("dir");
+    let records: Vec<Record> = RecordReader::open(Path::new(STREAM))
+        .expect("bundled stream")
+        .take(3000)
+        .map(|r| r.expect("record"))
+        .collect();
+    let stream = dir.path().join("stream.jsonl");
+    let mut w = RecordWriter::create(&stream).expect("create");
+    for r in &records {
+        w.write(r).expect("write");
+    }
+    w.finish().expect("finish");
+    let config = dir.path().join("neyman.toml");
+    std::fs::write(
+        &config,
+        r#"
+[source]
+path = "stream.jsonl"
+[output]
+scores = "scores.jsonl"
+dlq = "dlq.jsonl"
+[state]
+dir = "state"
+[http]
+listen = "127.0.0.1:0"
+[model]
+algorithm = "usmo"
+prior = 0.38
+prior_min = 0.33
+prior_max = 0.43
+tau = 0.05
+"#,
+    )
+    .expect("config");
+    let log = dir.path().join("stderr.log");
+    // x20: the 3000 events span about 150 s of event time, so 7 s of wall time.
+    let mut child = Command::new(BIN)
+        .args(["replay", "stream.jsonl", "--speed", "x20", "--config"])
+        .arg(&config)
+        .current_dir(dir.path())
+        .env("RUST_LOG", "neyman=info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start neyman replay");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success());
+    let status = child.wait().expect("exit");
+    let stderr = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let handled: usize = stderr
+        .lines()
+        .find_map(|l| {
+            l.contains("end of the recorded stream")
+                .then(|| l.split("events=").nth(1))
+                .flatten()
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no end-of-stream line in {stderr}"));
+    assert!(handled < records.len(), "stopped mid-stream: {handled}");
+    let unlabeled_read = records[..handled]
+        .iter()
+        .filter(|r| r.channel == Channel::Unlabeled)
+        .count();
+    let outputs: Vec<Value> = std::fs::read_to_string(dir.path().join("scores.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(outputs.len(), unlabeled_read, "scored + unscored = read");
+}
