@@ -30,7 +30,7 @@ pub const EVENT_OUTCOMES: [&str; 7] = [
 pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
 
 /// Every metric family name, for the README check and the promtool test.
-pub const FAMILIES: [&str; 25] = [
+pub const FAMILIES: [&str; 26] = [
     "neyman_events_total",
     "neyman_dlq_events_total",
     "neyman_window_events",
@@ -51,6 +51,7 @@ pub const FAMILIES: [&str; 25] = [
     "neyman_fpr_observed",
     "neyman_fpr_observed_negatives",
     "neyman_fpr_observed_flagged",
+    "neyman_fpr_observed_p_value",
     "neyman_flag_rate",
     "neyman_scoring_latency_seconds",
     "neyman_http_requests_total",
@@ -101,6 +102,9 @@ pub struct Metrics {
     pub fpr_observed_negatives: IntGauge,
     /// Flagged negative-feedback events in the rolling window (the numerator).
     pub fpr_observed_flagged: IntGauge,
+    /// P(Bin(negatives, τ) ≥ flagged): the one-sided p-value of the observed false positives
+    /// against the target; an alert on it is a test, not a raw-rate threshold.
+    pub fpr_observed_p_value: Gauge,
     /// Flagged share of recently scored unlabeled events.
     pub flag_rate: Gauge,
     /// Time to score one batch, per event.
@@ -293,6 +297,13 @@ impl Metrics {
                 IntGauge::new(
                     "neyman_fpr_observed_flagged",
                     "Flagged negative-feedback events in the rolling window.",
+                )?,
+            )?,
+            fpr_observed_p_value: register(
+                r,
+                Gauge::new(
+                    "neyman_fpr_observed_p_value",
+                    "One-sided binomial p-value of the observed false positives against tau.",
                 )?,
             )?,
             flag_rate: register(

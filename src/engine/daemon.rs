@@ -41,7 +41,7 @@ use crate::learn::kernel::Kernel;
 use crate::learn::metrics::np_score;
 use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
 use crate::learn::tfpl::TfplParams;
-use crate::learn::threshold::{OobRule, ThresholdMethod, ThresholdResult};
+use crate::learn::threshold::{binomial_upper_tail, OobRule, ThresholdMethod, ThresholdResult};
 use crate::learn::usmo::UsmoParams;
 use crate::learn::Scorer;
 use crate::stream::dlq::{DlqError, DlqRecord, DlqWriter};
@@ -388,6 +388,11 @@ impl Engine {
             self.metrics
                 .fpr_observed
                 .set(flagged as f64 / self.feedback.len() as f64);
+            self.metrics.fpr_observed_p_value.set(binomial_upper_tail(
+                self.feedback.len(),
+                flagged,
+                self.config.model.tau,
+            ));
         }
     }
 

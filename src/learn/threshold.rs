@@ -216,8 +216,9 @@ fn share_above(scores: &[f64], t: f64) -> f64 {
     scores.iter().filter(|&&s| s > t).count() as f64 / scores.len() as f64
 }
 
-/// P(Bin(n, p) ≥ k) = I_p(k, n − k + 1).
-fn binomial_upper_tail(n: usize, k: usize, p: f64) -> f64 {
+/// P(Bin(n, p) ≥ k) = I_p(k, n − k + 1): also the one-sided p-value of k false positives
+/// among n negatives against an FPR of p, which the daemon exports for alerting.
+pub fn binomial_upper_tail(n: usize, k: usize, p: f64) -> f64 {
     if k == 0 {
         1.0
     } else if k > n || p <= 0.0 {
