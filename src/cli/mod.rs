@@ -6,6 +6,7 @@
 pub mod args;
 pub mod bench;
 mod eval;
+pub mod plot;
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
