@@ -70,6 +70,9 @@ fn main() -> ExitCode {
         } => cli::config_check(file),
         Command::Run(a) => with_daemon_config(&a.config, |c| cli::daemon::run(a, c)),
         Command::Replay(a) => with_daemon_config(&a.config, |c| cli::daemon::replay(a, c)),
+        Command::Bench {
+            command: BenchCommand::Tfpl(a),
+        } => cli::bench::tfpl(a, &cancel),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@ pub mod args;
 pub mod bench;
 pub mod daemon;
 mod eval;
+pub mod plot;
 pub mod stream;
 
 use std::io::{IsTerminal, Write};
