@@ -287,3 +287,124 @@ tau = 0.05
         .collect();
     assert_eq!(outputs.len(), unlabeled_read, "scored + unscored = read");
 }
+
+#[test]
+fn swaps_under_http_load_never_mix_models_or_lose_outputs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let records: Vec<Record> = RecordReader::open(Path::new(STREAM))
+        .expect("bundled stream")
+        .map(|r| r.expect("record"))
+        .collect();
+    let stream = dir.path().join("stream.jsonl");
+    let mut w = RecordWriter::create(&stream).expect("create");
+    for r in &records {
+        w.write(r).expect("write");
+    }
+    w.finish().expect("finish");
+    let port = free_port();
+    std::fs::write(
+        dir.path().join("neyman.toml"),
+        format!(
+            r#"
+[source]
+path = "stream.jsonl"
+[output]
+scores = "scores.jsonl"
+dlq = "dlq.jsonl"
+[state]
+dir = "state"
+keep_models = 50
+[retrain]
+min_negative = 100
+every_events = 400
+[http]
+listen = "127.0.0.1:{port}"
+[model]
+algorithm = "usmo"
+prior = 0.38
+prior_min = 0.33
+prior_max = 0.43
+tau = 0.05
+"#
+        ),
+    )
+    .expect("config");
+    // x40: the stream spans ~230 s of event time, so ~6 s of retrains under load.
+    let mut child = Command::new(BIN)
+        .args([
+            "replay",
+            "stream.jsonl",
+            "--speed",
+            "x40",
+            "--config",
+            "neyman.toml",
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let event = records
+        .iter()
+        .find(|r| r.channel == Channel::Unlabeled)
+        .map(|r| String::from_utf8(r.payload.clone()).expect("utf-8"))
+        .expect("an unlabeled event");
+    let batch = format!("[{event},{event},{event},{event}]");
+    let mut versions = Vec::new();
+    let started = Instant::now();
+    while child.try_wait().expect("status").is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "replay never ended"
+        );
+        let Ok((status, body)) = http(port, "POST", "/v1/score", &batch) else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        if status == 503 {
+            continue;
+        }
+        assert_eq!(status, 200, "{body}");
+        let scores: Vec<Value> = serde_json::from_str(&body).expect("json array");
+        let v = scores[0]["model_version"].as_u64().expect("version");
+        // One batch, one model: every score of the batch has the same version and value.
+        assert!(scores
+            .iter()
+            .all(|s| s["model_version"] == v && s["score"] == scores[0]["score"]));
+        versions.push(v);
+    }
+    assert_eq!(child.wait().expect("exit").code(), Some(0));
+    assert!(
+        versions.len() > 10,
+        "too few requests landed: {}",
+        versions.len()
+    );
+    assert!(
+        versions.windows(2).all(|w| w[0] <= w[1]),
+        "versions went back: {versions:?}"
+    );
+    let distinct: std::collections::BTreeSet<u64> = versions.iter().copied().collect();
+    assert!(
+        distinct.len() >= 2,
+        "a swap happened under load: {distinct:?}"
+    );
+    // Every version a response carried was a stored (accepted) model.
+    for v in &distinct {
+        assert!(
+            dir.path()
+                .join(format!("state/models/model-{v:020}.nmd"))
+                .exists(),
+            "version {v} was never accepted"
+        );
+    }
+    // No output lost on the stream side either.
+    let unlabeled = records
+        .iter()
+        .filter(|r| r.channel == Channel::Unlabeled)
+        .count();
+    let lines = std::fs::read_to_string(dir.path().join("scores.jsonl"))
+        .expect("scores")
+        .lines()
+        .count();
+    assert_eq!(lines, unlabeled);
+}
