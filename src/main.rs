@@ -70,6 +70,9 @@ fn main() -> ExitCode {
         } => cli::config_check(file),
         Command::Run(a) => with_daemon_config(&a.config, |c| cli::daemon::run(a, c)),
         Command::Replay(a) => with_daemon_config(&a.config, |c| cli::daemon::replay(a, c)),
+        Command::Record(a) => {
+            cli::daemon::load_config(&a.config).and_then(|c| cli::kafka::record(a, c))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
