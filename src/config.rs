@@ -1229,6 +1229,20 @@ fn deserialize(table: &toml::Table, overrides: &[Override]) -> Result<Config, St
     Err(first)
 }
 
+/// A key as TOML writes it: bare when it can be, else quoted (`"fetch.queue.backoff.ms"`
+/// under `[kafka.librdkafka]` must stay one key, not three nested ones).
+fn toml_key(key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare {
+        key.to_string()
+    } else {
+        toml::Value::String(key.to_string()).to_string()
+    }
+}
+
 fn render_table(
     table: &toml::Table,
     path: &mut Vec<String>,
@@ -1237,7 +1251,8 @@ fn render_table(
 ) {
     let (scalars, tables): (Vec<_>, Vec<_>) = table.iter().partition(|(_, v)| !v.is_table());
     if !path.is_empty() && !scalars.is_empty() {
-        out.push_str(&format!("\n[{}]\n", path.join(".")));
+        let header: Vec<String> = path.iter().map(|k| toml_key(k)).collect();
+        out.push_str(&format!("\n[{}]\n", header.join(".")));
     }
     for (k, v) in scalars {
         let key = path
@@ -1250,7 +1265,7 @@ fn render_table(
             .get(&key)
             .map(|var| format!("  # from {var}"))
             .unwrap_or_default();
-        out.push_str(&format!("{k} = {v}{note}\n"));
+        out.push_str(&format!("{} = {v}{note}\n", toml_key(k)));
     }
     for (k, v) in tables {
         if let toml::Value::Table(t) = v {
@@ -1743,6 +1758,19 @@ tau = 0.05
                 Some("NEYMAN_KAFKA_BOOTSTRAP_SERVERS")
             );
         }
+        // The rendered effective config reads back, passthrough keys with dots included.
+        let text =
+            format!("{MINIMAL}{KAFKA}[kafka.librdkafka]\n\"fetch.queue.backoff.ms\" = \"10\"\n");
+        let loaded = load(&text, &[]).expect("valid");
+        let rendered = loaded.render();
+        assert!(
+            rendered.contains("\"fetch.queue.backoff.ms\" = \"10\""),
+            "{rendered}"
+        );
+        assert_eq!(
+            load(&rendered, &[]).expect("round trip").config,
+            loaded.config
+        );
         // A numeric-looking group id stays a string.
         let c = load(
             &format!("{MINIMAL}{KAFKA}"),
