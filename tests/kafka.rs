@@ -247,3 +247,116 @@ fn run_with_the_kafka_source_is_refused_and_the_config_checks() {
         "{err}"
     );
 }
+
+fn kafka_section(broker: &Broker) -> neyman::config::KafkaConfig {
+    LoadedConfig::from_str_with_env(
+        &std::fs::read_to_string(kafka_config_path()).expect("config"),
+        Path::new(&kafka_config_path()),
+        [(
+            "NEYMAN_KAFKA_BOOTSTRAP_SERVERS".to_string(),
+            broker.bootstrap(),
+        )],
+    )
+    .expect("valid config")
+    .config
+    .kafka
+    .expect("[kafka]")
+}
+
+#[test]
+fn non_utf8_keys_and_header_values_are_recorded_lossily_and_counted() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let broker = Broker::start();
+    let k = kafka_section(&broker);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let admin = kafka::admin_client(&k).expect("admin");
+    rt.block_on(kafka::ensure_topics(&admin, &k))
+        .expect("topics");
+    let producer: FutureProducer = kafka::producer_config(&k).create().expect("producer");
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "bin",
+            value: Some(&[0xffu8, b'a'][..]),
+        })
+        .insert(Header::<&[u8]> {
+            key: "none",
+            value: None,
+        });
+    rt.block_on(
+        producer.send(
+            FutureRecord::to(&k.topics.negative.clone().expect("negative topic"))
+                .key(&[0xfeu8, b'k'][..])
+                .payload("{}")
+                .timestamp(1_767_225_600_000)
+                .headers(headers),
+            Duration::from_secs(10),
+        ),
+    )
+    .expect("delivered");
+
+    let mut out = Vec::new();
+    let summary = {
+        let mut writer = RecordWriter::new("memory", &mut out, false);
+        let summary = rt
+            .block_on(kafka::record(
+                &k,
+                &mut writer,
+                kafka::RecordLimits {
+                    max_events: Some(1),
+                    duration: Some(Duration::from_secs(60)),
+                },
+                std::future::pending(),
+            ))
+            .expect("recorded");
+        writer.finish().expect("finish");
+        summary
+    };
+    assert_eq!(
+        (summary.events, summary.lossy_keys, summary.lossy_headers),
+        (1, 1, 1)
+    );
+    let line = String::from_utf8(out).expect("utf-8 file");
+    let rec = Record::from_json_line(line.trim_end()).expect("record");
+    assert_eq!(rec.channel, Channel::Negative);
+    assert_eq!(rec.ts, 1_767_225_600_000);
+    assert_eq!(rec.key.as_deref(), Some("\u{fffd}k"));
+    assert_eq!(
+        rec.headers,
+        vec![
+            ("bin".to_string(), "\u{fffd}a".to_string()),
+            ("none".to_string(), String::new())
+        ]
+    );
+}
+
+#[test]
+fn record_stops_after_its_duration_with_nothing_to_read() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_path = dir.path().join("empty.jsonl");
+    let started = Instant::now();
+    let out = neyman(
+        &broker,
+        &[
+            "record",
+            "--config",
+            &kafka_config_path(),
+            "--out",
+            out_path.to_str().expect("utf-8"),
+            "--duration",
+            "2s",
+        ],
+    );
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(2) && elapsed < Duration::from_secs(20),
+        "{elapsed:?}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("recorded 0 events"));
+    assert_eq!(std::fs::read(&out_path).expect("written").len(), 0);
+}
