@@ -20,7 +20,9 @@
 //! - [`stream`]: events and where they come from: the event payload and its intake validation
 //!   with stable rejection reasons ([`stream::event`]), the channels (positive, unlabeled,
 //!   negative), recorded-stream files ([`stream::record`]), the dead-letter file
-//!   ([`stream::dlq`]) and PU streams generated from labelled data ([`stream::make`]).
+//!   ([`stream::dlq`]), PU streams generated from labelled data ([`stream::make`]) and Kafka:
+//!   client settings from `[kafka]`, topic creation, recording topics to a file and publishing
+//!   a file into topics ([`stream::kafka`], rdkafka).
 //! - [`engine`]: the daemon's state: per-channel sliding windows with eviction reports, source
 //!   watermarks and the stable calibration hash ([`engine::window`]), model persistence in the
 //!   state directory ([`engine::store`]) and the atomically swapped active model
@@ -34,8 +36,9 @@
 //!
 //! Dependencies point down: `cli` uses everything; `serve` uses `engine`, `stream`, `config`
 //! and `telemetry`; `engine` uses `stream`, `data`, `learn`, `config` and `telemetry`;
-//! `telemetry` uses only `learn::threshold`; `stream` uses only `data`; `learn` uses only
-//! `data::rows` (the row type) and `data::scale` (the scaler stored in a model).
+//! `telemetry` uses only `learn::threshold`; `stream` uses `data` and, for `[kafka]`, `config`;
+//! `learn` uses only `data::rows` (the row type) and `data::scale` (the scaler stored in a
+//! model).
 
 pub mod cli;
 pub mod codec;

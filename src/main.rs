@@ -73,6 +73,9 @@ fn main() -> ExitCode {
         Command::Bench {
             command: BenchCommand::Tfpl(a),
         } => cli::bench::tfpl(a, &cancel),
+        Command::Record(a) => {
+            cli::daemon::load_config(&a.config).and_then(|c| cli::kafka::record(a, c))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -48,6 +48,9 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Record the [kafka] input topics (positive, unlabeled, negative when set) into a
+    /// recorded-stream file.
+    Record(RecordArgs),
     /// Recorded-stream tools.
     Stream {
         #[command(subcommand)]
@@ -84,6 +87,27 @@ pub struct ReplayArgs {
     /// Keep serving HTTP after the end of input, until SIGINT/SIGTERM.
     #[arg(long)]
     pub keep_serving: bool,
+    /// Publish FILE into the config's [kafka] topics (channel → topic, keys, headers and
+    /// timestamps kept) instead of running the daemon; exits once every message is
+    /// acknowledged.
+    #[arg(long, conflicts_with_all = ["speed", "no_resume", "keep_serving"])]
+    pub to_kafka: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RecordArgs {
+    /// The daemon's TOML configuration; its [kafka] section names broker and topics.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Output: JSON Lines, gzip'd when the name ends in .gz; written atomically at the end.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Stop after this many messages.
+    #[arg(long)]
+    pub max_events: Option<u64>,
+    /// Stop after this long (e.g. 30s, 10m); without either limit, SIGINT/SIGTERM stops.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::args::{ReplayArgs, RunArgs};
 use super::CliError;
-use crate::config::{admin_token, parse_speed, LoadedConfig};
+use crate::config::{admin_token, parse_speed, LoadedConfig, SourceKind};
 use crate::engine::daemon::{Engine, EngineParts};
 use crate::engine::registry::Registry;
 use crate::engine::store::ModelStore;
@@ -37,6 +37,13 @@ pub fn load_config(path: &Path) -> Result<LoadedConfig, CliError> {
 }
 
 pub fn run(args: &RunArgs, loaded: LoadedConfig) -> Result<(), CliError> {
+    if loaded.config.source.kind == SourceKind::Kafka {
+        return Err(CliError::Usage(
+            "source.kind = \"kafka\": the Kafka source is not implemented yet; use kind = \"replay\" \
+             or `neyman replay FILE` (and `neyman record` to capture the topics into a FILE)"
+                .into(),
+        ));
+    }
     let source = loaded
         .config
         .source
@@ -48,6 +55,9 @@ pub fn run(args: &RunArgs, loaded: LoadedConfig) -> Result<(), CliError> {
 }
 
 pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
+    if args.to_kafka {
+        return super::kafka::replay_to_kafka(args, loaded);
+    }
     daemon(
         loaded,
         args.file.clone(),
@@ -62,7 +72,7 @@ fn runtime_error(e: impl std::fmt::Display) -> CliError {
 }
 
 /// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+pub(super) async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -7,6 +7,7 @@ pub mod args;
 pub mod bench;
 pub mod daemon;
 mod eval;
+pub mod kafka;
 pub mod plot;
 pub mod stream;
 
@@ -52,6 +53,8 @@ pub enum CliError {
     Training(String),
     #[error("cannot calibrate the threshold: {0}")]
     Threshold(String),
+    #[error(transparent)]
+    Kafka(#[from] crate::stream::kafka::KafkaError),
 }
 
 impl CliError {

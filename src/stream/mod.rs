@@ -7,12 +7,15 @@
 //!   line with its channel, arrival time, key and payload as received; reader and writer.
 //! - [`dlq`]: the dead-letter sink: one JSON line per rejected message.
 //! - [`make`]: a realistic PU stream generated from a fully labelled data set.
+//! - [`kafka`]: Kafka client settings from `[kafka]`, topic creation, recording topics into a
+//!   recorded-stream file and publishing one into the topics.
 //!
 //! This room knows nothing of windows, models or training: it only turns bytes into checked
-//! events and back. It depends on [`crate::data`] only.
+//! events and back. It depends on [`crate::data`] and, for `[kafka]`, [`crate::config`].
 
 pub mod dlq;
 pub mod event;
+pub mod kafka;
 pub mod make;
 pub mod record;
 

@@ -2,6 +2,9 @@
 //! Not every test uses every helper, hence the blanket `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod broker;
 pub mod qp;
 
+// Not every test crate uses the QP helpers (tests/kafka.rs only needs the broker).
+#[allow(unused_imports)]
 pub use qp::*;

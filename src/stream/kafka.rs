@@ -1,0 +1,537 @@
+//! Kafka in and out (rdkafka, bundled librdkafka): client settings built from `[kafka]`, topic
+//! creation, recording topics into a recorded-stream file and publishing such a file into the
+//! topics.
+//!
+//! - Settings: [`consumer_config`], [`producer_config`] and [`admin_config`] turn a checked
+//!   [`KafkaConfig`] into an `rdkafka::ClientConfig`. `[kafka.librdkafka]` entries come first and
+//!   the typed keys after, so a typed key always wins (the config check also refuses overlaps).
+//!   Log a client config only through [`Redacted`]: rdkafka's own `Debug` prints passwords.
+//! - [`ensure_topics`]: creates the configured topics that are missing. Some brokers never
+//!   auto-create topics and others create them with their own partition count, so neyman
+//!   creates its topics itself, with `kafka.partitions` and `kafka.replication_factor`.
+//! - [`record`]: consumes the input topics into a [`RecordWriter`], one record per message
+//!   (channel from the topic, `ts` the message timestamp, key, payload, partition, offset,
+//!   headers). It never commits offsets, so every run starts at the earliest retained message.
+//! - [`publish`]: produces recorded records into the channels' topics with an idempotent
+//!   producer. Idempotence keeps the send order within a partition even with several requests
+//!   in flight, so a channel's order is kept whenever its topic has one partition (the
+//!   default for topics neyman creates) and per key otherwise.
+//!
+//! Text that is not UTF-8: payloads are kept as bytes (the file uses `payload_b64`). Keys and
+//! header values are text in the recorded format; bytes that are not UTF-8 are replaced with
+//! U+FFFD and counted in [`RecordSummary`] (`lossy_keys`, `lossy_headers`), which `neyman
+//! record` reports. A header without a value is recorded as the empty string.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+
+use super::record::{Record, RecordError, RecordWriter};
+use super::Channel;
+use crate::config::KafkaConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    #[error("kafka client: {0}")]
+    Client(#[from] RdKafkaError),
+    #[error("topic {topic:?} (`{key}`): the broker refused to create it: {message}")]
+    TopicRefused {
+        topic: String,
+        key: String,
+        message: String,
+    },
+    #[error(
+        "record {index}: channel {channel} has no topic (`kafka.topics.{channel}` is not set)"
+    )]
+    NoTopic { index: u64, channel: Channel },
+    #[error("record {index} to topic {topic:?}: delivery failed: {message}")]
+    Delivery {
+        index: u64,
+        topic: String,
+        message: String,
+    },
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+/// How long an admin or metadata request may take.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Sends waiting for their acknowledgement at once; bounds memory on large files.
+const MAX_PENDING: usize = 10_000;
+
+/// Which consumer: the daemon's group, or `neyman record`'s throwaway one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerRole {
+    /// `kafka.group_id`, static membership when `group_instance_id` is set, at-least-once
+    /// commits: offsets are stored by the application after processing and auto-committed
+    /// (`enable.auto.offset.store=false`), so a crash re-delivers rather than loses.
+    Daemon,
+    /// `<group_id>-record`, earliest, no commits, no static membership.
+    Record,
+}
+
+/// The settings every client shares: passthrough first, then brokers and security.
+fn common_config(k: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (key, value) in &k.librdkafka {
+        c.set(key, value);
+    }
+    c.set("bootstrap.servers", &k.bootstrap_servers);
+    c.set("security.protocol", k.security_protocol.as_str());
+    if let Some(m) = &k.sasl_mechanism {
+        c.set("sasl.mechanism", m);
+    }
+    if let Some(u) = &k.sasl_username {
+        c.set("sasl.username", u);
+    }
+    if let Some(p) = &k.sasl_password {
+        c.set("sasl.password", p.expose());
+    }
+    for (key, path) in [
+        ("ssl.ca.location", &k.ssl_ca_location),
+        ("ssl.certificate.location", &k.ssl_certificate_location),
+        ("ssl.key.location", &k.ssl_key_location),
+    ] {
+        if let Some(p) = path {
+            c.set(key, p.display().to_string());
+        }
+    }
+    c
+}
+
+/// A consumer's settings for `role`.
+pub fn consumer_config(k: &KafkaConfig, role: ConsumerRole) -> ClientConfig {
+    let mut c = common_config(k);
+    c.set("session.timeout.ms", k.session_timeout_ms.to_string());
+    c.set("heartbeat.interval.ms", k.heartbeat_interval_ms.to_string());
+    match role {
+        ConsumerRole::Daemon => {
+            c.set("group.id", &k.group_id);
+            c.set("auto.offset.reset", k.auto_offset_reset.as_str());
+            c.set("enable.auto.commit", "true");
+            c.set("enable.auto.offset.store", "false");
+            if let Some(id) = &k.group_instance_id {
+                c.set("group.instance.id", id);
+            }
+        }
+        ConsumerRole::Record => {
+            c.set("group.id", format!("{}-record", k.group_id));
+            c.set("auto.offset.reset", "earliest");
+            c.set("enable.auto.commit", "false");
+        }
+    }
+    c
+}
+
+/// An idempotent producer's settings: no duplicates on retry and the send order kept per
+/// partition. `message.timeout.ms` defaults to 30 s (librdkafka's 300 s hides a dead broker
+/// for five minutes) unless `[kafka.librdkafka]` sets it.
+pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
+    let mut c = common_config(k);
+    c.set("enable.idempotence", "true");
+    if !k.librdkafka.contains_key("message.timeout.ms") {
+        c.set("message.timeout.ms", "30000");
+    }
+    c
+}
+
+/// An admin client's settings.
+pub fn admin_config(k: &KafkaConfig) -> ClientConfig {
+    common_config(k)
+}
+
+/// Whether a librdkafka property holds a secret (its value is never logged).
+fn is_secret_property(key: &str) -> bool {
+    ["password", "secret", "token", ".pem", "oauthbearer.config"]
+        .iter()
+        .any(|s| key.contains(s))
+}
+
+/// A client config for logs: every property, secrets shown as `<redacted>`.
+pub struct Redacted<'a>(pub &'a ClientConfig);
+
+impl Redacted<'_> {
+    pub fn map(&self) -> BTreeMap<String, String> {
+        self.0
+            .config_map()
+            .into_iter()
+            .map(|(k, v)| {
+                let v = if is_secret_property(k) {
+                    "<redacted>"
+                } else {
+                    v
+                };
+                (k.to_string(), v.to_string())
+            })
+            .collect()
+    }
+}
+
+impl fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.map()).finish()
+    }
+}
+
+impl fmt::Display for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.map().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        f.write_str(&parts.join(" "))
+    }
+}
+
+/// Creates the configured topics that the broker does not have yet (all six, or five without
+/// a negative topic) and returns the names it created. A topic created concurrently by someone
+/// else counts as present.
+pub async fn ensure_topics(
+    admin: &AdminClient<DefaultClientContext>,
+    k: &KafkaConfig,
+) -> Result<Vec<String>, KafkaError> {
+    let metadata = admin.inner().fetch_metadata(None, ADMIN_TIMEOUT)?;
+    let present: Vec<&str> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none())
+        .map(|t| t.name())
+        .collect();
+    let wanted = k.topics.all();
+    let missing: Vec<(&str, &str)> = wanted
+        .iter()
+        .copied()
+        .filter(|(_, topic)| !present.contains(topic))
+        .collect();
+    if missing.is_empty() {
+        return Ok(Vec::new());
+    }
+    let new: Vec<NewTopic> = missing
+        .iter()
+        .map(|(_, topic)| {
+            NewTopic::new(
+                topic,
+                k.partitions,
+                TopicReplication::Fixed(k.replication_factor),
+            )
+        })
+        .collect();
+    let options = AdminOptions::new()
+        .operation_timeout(Some(Timeout::After(ADMIN_TIMEOUT)))
+        .request_timeout(Some(Timeout::After(ADMIN_TIMEOUT)));
+    let results = admin.create_topics(new.iter(), &options).await?;
+    let mut created = Vec::new();
+    for result in results {
+        match result {
+            Ok(topic) => created.push(topic),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => {
+                let key = missing
+                    .iter()
+                    .find(|(_, t)| *t == topic)
+                    .map_or("kafka.topics", |(key, _)| key);
+                return Err(KafkaError::TopicRefused {
+                    topic,
+                    key: key.to_string(),
+                    message: code.to_string(),
+                });
+            }
+        }
+    }
+    Ok(created)
+}
+
+/// A new admin client for `k`.
+pub fn admin_client(k: &KafkaConfig) -> Result<AdminClient<DefaultClientContext>, KafkaError> {
+    Ok(admin_config(k).create()?)
+}
+
+/// When [`record`] stops (besides its `stop` future).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordLimits {
+    pub max_events: Option<u64>,
+    pub duration: Option<Duration>,
+}
+
+/// What [`record`] wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordSummary {
+    pub events: u64,
+    pub per_channel: BTreeMap<Channel, u64>,
+    /// Keys that were not UTF-8 (recorded with U+FFFD replacements).
+    pub lossy_keys: u64,
+    /// Header values that were not UTF-8 (recorded with U+FFFD replacements).
+    pub lossy_headers: u64,
+}
+
+/// The input topics and their channels.
+fn input_topics(k: &KafkaConfig) -> Vec<(String, Channel)> {
+    let mut out = vec![
+        (k.topics.positive.clone(), Channel::Positive),
+        (k.topics.unlabeled.clone(), Channel::Unlabeled),
+    ];
+    if let Some(n) = &k.topics.negative {
+        out.push((n.clone(), Channel::Negative));
+    }
+    out
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Consumes the input topics (creating missing ones first) into `writer` until
+/// `limits.max_events` records, `limits.duration` or `stop` resolves, whichever comes first.
+/// A message without a timestamp is recorded at the time it was received.
+pub async fn record<W: Write>(
+    k: &KafkaConfig,
+    writer: &mut RecordWriter<W>,
+    limits: RecordLimits,
+    stop: impl Future<Output = ()>,
+) -> Result<RecordSummary, KafkaError> {
+    ensure_topics(&admin_client(k)?, k).await?;
+    let channels: HashMap<String, Channel> = input_topics(k).into_iter().collect();
+    let consumer: StreamConsumer = consumer_config(k, ConsumerRole::Record).create()?;
+    let names: Vec<&str> = channels.keys().map(String::as_str).collect();
+    consumer.subscribe(&names)?;
+    let mut summary = RecordSummary::default();
+    let deadline = limits.duration.map(|d| tokio::time::Instant::now() + d);
+    let until_deadline = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(until_deadline, stop);
+    while !matches!(limits.max_events, Some(n) if summary.events >= n) {
+        let message = tokio::select! {
+            m = consumer.recv() => m?,
+            _ = &mut until_deadline => break,
+            _ = &mut stop => break,
+        };
+        let Some(&channel) = channels.get(message.topic()) else {
+            continue;
+        };
+        let key = message.key().map(|bytes| {
+            if std::str::from_utf8(bytes).is_err() {
+                summary.lossy_keys += 1;
+            }
+            String::from_utf8_lossy(bytes).into_owned()
+        });
+        let mut headers = Vec::new();
+        if let Some(hs) = message.headers() {
+            for h in hs.iter() {
+                let value = h.value.unwrap_or_default();
+                if std::str::from_utf8(value).is_err() {
+                    summary.lossy_headers += 1;
+                }
+                headers.push((
+                    h.key.to_string(),
+                    String::from_utf8_lossy(value).into_owned(),
+                ));
+            }
+        }
+        let rec = Record {
+            channel,
+            ts: message.timestamp().to_millis().unwrap_or_else(now_ms),
+            key,
+            payload: message.payload().unwrap_or_default().to_vec(),
+            partition: Some(message.partition()),
+            offset: Some(message.offset()),
+            headers,
+        };
+        writer.write(&rec)?;
+        summary.events += 1;
+        *summary.per_channel.entry(channel).or_default() += 1;
+    }
+    Ok(summary)
+}
+
+/// Produces `records` into their channels' topics (creating missing topics first): key and
+/// headers kept, the message timestamp set to the record's `ts`. Returns once every message is
+/// acknowledged, with the count; the first failed delivery is the error.
+pub async fn publish(
+    k: &KafkaConfig,
+    records: impl IntoIterator<Item = Result<Record, RecordError>>,
+) -> Result<u64, KafkaError> {
+    ensure_topics(&admin_client(k)?, k).await?;
+    let producer: FutureProducer = producer_config(k).create()?;
+    let topic_of = |c: Channel| match c {
+        Channel::Positive => Some(k.topics.positive.as_str()),
+        Channel::Unlabeled => Some(k.topics.unlabeled.as_str()),
+        Channel::Negative => k.topics.negative.as_deref(),
+    };
+    let mut pending: VecDeque<(u64, &str, DeliveryFuture)> = VecDeque::new();
+    let mut sent = 0u64;
+    for rec in records {
+        let rec = rec?;
+        let index = sent + 1;
+        let topic = topic_of(rec.channel).ok_or(KafkaError::NoTopic {
+            index,
+            channel: rec.channel,
+        })?;
+        let mut headers = OwnedHeaders::new_with_capacity(rec.headers.len());
+        for (name, value) in &rec.headers {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(value.as_str()),
+            });
+        }
+        loop {
+            let mut message = FutureRecord::to(topic)
+                .payload(&rec.payload)
+                .timestamp(rec.ts)
+                .headers(headers.clone());
+            if let Some(key) = &rec.key {
+                message = message.key(key);
+            }
+            match producer.send_result(message) {
+                Ok(delivery) => {
+                    pending.push_back((index, topic, delivery));
+                    break;
+                }
+                // librdkafka's queue is full: wait for the oldest send, then retry.
+                Err((RdKafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
+                    if !pending.is_empty() =>
+                {
+                    await_delivery(pending.pop_front()).await?;
+                }
+                Err((e, _)) => {
+                    return Err(KafkaError::Delivery {
+                        index,
+                        topic: topic.to_string(),
+                        message: e.to_string(),
+                    })
+                }
+            }
+        }
+        sent += 1;
+        if pending.len() >= MAX_PENDING {
+            await_delivery(pending.pop_front()).await?;
+        }
+    }
+    while let Some(p) = pending.pop_front() {
+        await_delivery(Some(p)).await?;
+    }
+    producer.flush(Timeout::After(ADMIN_TIMEOUT))?;
+    Ok(sent)
+}
+
+async fn await_delivery(pending: Option<(u64, &str, DeliveryFuture)>) -> Result<(), KafkaError> {
+    let Some((index, topic, delivery)) = pending else {
+        return Ok(());
+    };
+    let failed = |message: String| KafkaError::Delivery {
+        index,
+        topic: topic.to_string(),
+        message,
+    };
+    match delivery.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((e, _))) => Err(failed(e.to_string())),
+        Err(_) => Err(failed(
+            "the producer was dropped before the acknowledgement".into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Secret, SecurityProtocol};
+
+    fn secure() -> KafkaConfig {
+        let mut k = KafkaConfig::new("b1:9092,b2:9092");
+        k.security_protocol = SecurityProtocol::SaslSsl;
+        k.sasl_mechanism = Some("SCRAM-SHA-512".into());
+        k.sasl_username = Some("neyman".into());
+        k.sasl_password = Some(Secret::new("hunter2"));
+        k.group_instance_id = Some("neyman-1".into());
+        k.librdkafka
+            .insert("fetch.queue.backoff.ms".into(), "10".into());
+        k.librdkafka
+            .insert("ssl.keystore.password".into(), "swordfish".into());
+        k
+    }
+
+    #[test]
+    fn client_configs_carry_the_typed_keys_per_role() {
+        let k = secure();
+        let daemon = consumer_config(&k, ConsumerRole::Daemon);
+        for (key, value) in [
+            ("bootstrap.servers", "b1:9092,b2:9092"),
+            ("group.id", "neyman"),
+            ("group.instance.id", "neyman-1"),
+            ("auto.offset.reset", "earliest"),
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "2000"),
+            ("enable.auto.offset.store", "false"),
+            ("security.protocol", "sasl_ssl"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.password", "hunter2"),
+            ("fetch.queue.backoff.ms", "10"),
+        ] {
+            assert_eq!(daemon.get(key), Some(value), "{key}");
+        }
+        let record = consumer_config(&k, ConsumerRole::Record);
+        assert_eq!(record.get("group.id"), Some("neyman-record"));
+        assert_eq!(record.get("enable.auto.commit"), Some("false"));
+        assert_eq!(record.get("group.instance.id"), None);
+        let producer = producer_config(&k);
+        assert_eq!(producer.get("enable.idempotence"), Some("true"));
+        assert_eq!(producer.get("message.timeout.ms"), Some("30000"));
+        assert_eq!(producer.get("group.id"), None);
+        let admin = admin_config(&k);
+        assert_eq!(admin.get("bootstrap.servers"), Some("b1:9092,b2:9092"));
+        // A passthrough message.timeout.ms wins over neyman's default.
+        let mut k2 = KafkaConfig::new("b:1");
+        k2.librdkafka
+            .insert("message.timeout.ms".into(), "5000".into());
+        assert_eq!(producer_config(&k2).get("message.timeout.ms"), Some("5000"));
+    }
+
+    #[test]
+    fn redacted_client_configs_never_show_secrets() {
+        let c = consumer_config(&secure(), ConsumerRole::Daemon);
+        let shown = format!("{:?} {}", Redacted(&c), Redacted(&c));
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("swordfish"),
+            "{shown}"
+        );
+        let map = Redacted(&c).map();
+        assert_eq!(
+            map.get("sasl.password").map(String::as_str),
+            Some("<redacted>")
+        );
+        assert_eq!(
+            map.get("ssl.keystore.password").map(String::as_str),
+            Some("<redacted>")
+        );
+        assert_eq!(map.get("sasl.username").map(String::as_str), Some("neyman"));
+    }
+
+    #[test]
+    fn input_topics_follow_the_channels() {
+        let mut k = KafkaConfig::new("b:1");
+        assert_eq!(
+            input_topics(&k),
+            vec![
+                ("neyman.positive".to_string(), Channel::Positive),
+                ("neyman.unlabeled".to_string(), Channel::Unlabeled)
+            ]
+        );
+        k.topics.negative = Some("fb".into());
+        assert_eq!(input_topics(&k)[2], ("fb".to_string(), Channel::Negative));
+        assert_eq!(k.topics.all().len(), 6);
+    }
+}
