@@ -119,15 +119,19 @@ fn replay_is_reproducible_and_loses_nothing() {
     );
     let (stream, reasons) = stream_with_bad_events(a.path(), 2500);
     std::fs::copy(&stream, b.path().join("stream.jsonl")).expect("copy");
-    let (code, stderr) = replay(a.path(), &stream, &[]);
+    let (code, stderr) = replay(a.path(), &stream, &["--threads", "2"]);
     assert_eq!(code, 0, "{stderr}");
-    let (code, stderr) = replay(b.path(), &b.path().join("stream.jsonl"), &["--no-resume"]);
+    let (code, stderr) = replay(
+        b.path(),
+        &b.path().join("stream.jsonl"),
+        &["--no-resume", "--threads", "1"],
+    );
     assert_eq!(code, 0, "{stderr}");
     let first = std::fs::read(a.path().join("scores.jsonl")).expect("scores");
     assert_eq!(
         first,
         std::fs::read(b.path().join("scores.jsonl")).expect("scores"),
-        "the same input and config give the same bytes"
+        "the same input and config give the same bytes, on 2 and on 1 runtime threads"
     );
 
     // Conservation: every unlabeled input is a score line or a DLQ line.

@@ -70,6 +70,10 @@ pub struct RunArgs {
     /// Start without resuming the newest stored model.
     #[arg(long)]
     pub no_resume: bool,
+    /// Worker threads of the async runtime (HTTP); the event loop and training run on their
+    /// own thread, so the output does not depend on it.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -87,6 +91,9 @@ pub struct ReplayArgs {
     /// Keep serving HTTP after the end of input, until SIGINT/SIGTERM.
     #[arg(long)]
     pub keep_serving: bool,
+    /// Worker threads of the async runtime (HTTP); the output does not depend on it.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
     /// Publish FILE into the config's [kafka] topics (channel → topic, keys, headers and
     /// timestamps kept) instead of running the daemon; exits once every message is
     /// acknowledged.

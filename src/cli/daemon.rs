@@ -51,7 +51,14 @@ pub fn run(args: &RunArgs, loaded: LoadedConfig) -> Result<(), CliError> {
         .clone()
         .ok_or_else(|| CliError::Usage("source.path: required for kind = \"replay\"".into()))?;
     // `run` is the service: it keeps answering HTTP after the recorded stream ends.
-    daemon(loaded, source, args.speed.clone(), args.no_resume, true)
+    daemon(
+        loaded,
+        source,
+        args.speed.clone(),
+        args.no_resume,
+        true,
+        args.threads,
+    )
 }
 
 pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
@@ -64,6 +71,7 @@ pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
         args.speed.clone(),
         args.no_resume,
         args.keep_serving,
+        args.threads,
     )
 }
 
@@ -100,6 +108,7 @@ fn daemon(
     speed: Option<String>,
     no_resume: bool,
     keep_serving: bool,
+    threads: usize,
 ) -> Result<(), CliError> {
     let config = loaded.config;
     let speed_text = speed.unwrap_or_else(|| config.source.speed.clone());
@@ -165,7 +174,7 @@ fn daemon(
     let reader = RecordReader::open(&source).map_err(|e| CliError::file(&source, e))?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(threads.max(1))
         .enable_all()
         .build()
         .map_err(runtime_error)?;
