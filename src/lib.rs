@@ -5,7 +5,8 @@
 //!
 //! - [`learn`]: pure math, no I/O: kernels and the bounded kernel-row cache ([`learn::kernel`]),
 //!   the USMO positive-unlabeled solver ([`learn::usmo`]), the τ-FPL ranker ([`learn::tfpl`])
-//!   and its projection onto Γ_k ([`learn::projection`]), false-positive thresholds on score
+//!   and its projection onto Γ_k ([`learn::projection`]), the cost-sensitive linear SVM
+//!   baseline ([`learn::linsvm`]), false-positive thresholds on score
 //!   arrays ([`learn::threshold`]), which rows train and which calibrate
 //!   ([`learn::calibrate`]), evaluation metrics ([`learn::metrics`]), the model type, the
 //!   [`learn::Scorer`] trait and the model file layout ([`learn::model`]).

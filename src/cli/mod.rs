@@ -7,6 +7,7 @@ pub mod args;
 pub mod bench;
 mod eval;
 mod np_eval;
+pub mod plot;
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;

@@ -2,6 +2,7 @@
 
 pub mod calibrate;
 pub mod kernel;
+pub mod linsvm;
 pub mod metrics;
 pub mod model;
 pub mod projection;
