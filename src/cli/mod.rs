@@ -4,6 +4,7 @@
 //! configuration mistakes and 1 for failures at run time (bad data, I/O, solver errors).
 
 pub mod args;
+mod baselines;
 pub mod bench;
 mod eval;
 mod np_eval;

@@ -41,6 +41,7 @@
 //! - The top-level `accuracy`/`f1`/`auc` fields summarise `--algo` at the first τ (the existing
 //!   schema has one of each); every result row carries its own.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use rand::SeedableRng;
@@ -48,7 +49,9 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
 use super::args::{Algo, CompareArg, EvalArgs, ReportFormat, ThresholdArg};
+use super::baselines::svm_cells;
 use super::eval::{choose_lambda, run_repeats, stratified_split, transductive};
+use super::plot::{roc_points, write_roc_svg, RocCurve, RocPlot};
 use super::{fit_scaler, read_data, tfpl_params, usmo_params, with_spinner, CliError};
 use crate::data::{Dataset, Label, Rows};
 use crate::learn::calibrate::{Algorithm, Fit, ThresholdSpec};
@@ -87,7 +90,7 @@ pub(super) enum Method {
 }
 
 impl Method {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Method::Tfpl => "tfpl",
             Method::Usmo => "usmo",
@@ -120,7 +123,7 @@ pub(super) struct Plan<'a> {
 
 impl Plan<'_> {
     /// The threshold spec of `--algo` at τ for a split's seed.
-    fn spec(&self, tau: f64, seed: u64) -> ThresholdSpec {
+    pub fn spec(&self, tau: f64, seed: u64) -> ThresholdSpec {
         let t = &self.args.threshold;
         ThresholdSpec {
             method: Some(self.threshold),
@@ -156,6 +159,8 @@ pub(super) struct Cell {
     pub cost_ratio: Option<f64>,
     /// The certified FPR level of an umbrella threshold.
     pub fpr_bound: Option<f64>,
+    /// The test scores (kept for split 0 when `--plot` asks for them, else empty).
+    pub test_scores: Vec<f64>,
     /// The NP-score of the best threshold for the test part itself: what a perfect threshold
     /// would reach with this scorer, separating ranking quality from threshold choice.
     pub oracle_np_score: f64,
@@ -204,6 +209,7 @@ impl TestPart<'_> {
             hyper,
             cost_ratio: None,
             fpr_bound: None,
+            test_scores: scores.to_vec(),
             oracle_np_score,
             converged: true,
         }
@@ -350,13 +356,19 @@ fn usmo_cells(
     Ok(cells)
 }
 
-/// One split: cells indexed [τ][method].
+/// One split's cells, indexed [τ][method], and its test truth (kept for the plot of split 0).
+struct SplitOutcome {
+    cells: Vec<Vec<Cell>>,
+    truth: Vec<bool>,
+}
+
+/// One split.
 fn run_split(
     plan: &Plan,
     data: &Dataset,
     repeat: usize,
     cancel: &AtomicBool,
-) -> Result<Vec<Vec<Cell>>, CliError> {
+) -> Result<SplitOutcome, CliError> {
     let args = plan.args;
     let seed = args.seed.wrapping_add(repeat as u64);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -394,13 +406,18 @@ fn run_split(
                 usmo_cells(plan, &train, pu, &test.rows, &part, seed, cancel)?
             }
             Method::BsSvm | Method::CsSvmOob => {
-                return Err(CliError::Usage(format!(
-                    "--compare {} is not available in this build",
-                    method.name()
-                )))
+                let base = pu_train.as_ref().unwrap_or(&train);
+                let scaler = fit_scaler(&args.model, Algo::Tfpl, base);
+                let data = unlabeled_as_negative(&scaled(base, scaler.transform(&base.rows)));
+                let test_rows = scaler.transform(&test.rows);
+                svm_cells(plan, method, &data, &test_rows, &part, seed, cancel)?
             }
         };
-        for (row, cell) in cells.iter_mut().zip(per_tau) {
+        let keep_scores = repeat == 0 && args.plot.is_some();
+        for (row, mut cell) in cells.iter_mut().zip(per_tau) {
+            if !keep_scores {
+                cell.test_scores = Vec::new();
+            }
             tracing::debug!(
                 split = repeat,
                 method = method.name(),
@@ -413,7 +430,11 @@ fn run_split(
             row.push(cell);
         }
     }
-    Ok(cells)
+    let keep_truth = repeat == 0 && args.plot.is_some();
+    Ok(SplitOutcome {
+        cells,
+        truth: if keep_truth { truth } else { Vec::new() },
+    })
 }
 
 /// Validated flags of the τ protocol.
@@ -602,6 +623,7 @@ impl Summary {
             "auc_mean": nan_as_null(self.auc.0),
             "fpr_bound_mean": self.fpr_bound_mean,
             "np_score_oracle_mean": nan_as_null(self.oracle_np_score),
+            "np_score_of_means": np_score(self.fpr.0, self.tpr.0, self.tau),
             "converged_share": self.converged_share,
         });
         if let Value::Object(fields) = &mut row {
@@ -681,11 +703,64 @@ pub(super) fn np_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliErr
     let mut summaries = Vec::new();
     for (t, (&tau, &rank_tau)) in plan.taus.iter().zip(&plan.rank_taus).enumerate() {
         for (m, &method) in plan.methods.iter().enumerate() {
-            let cells: Vec<&Cell> = splits.iter().map(|s| &s[t][m]).collect();
+            let cells: Vec<&Cell> = splits.iter().map(|s| &s.cells[t][m]).collect();
             summaries.push(summarise(tau, rank_tau, method, &cells));
         }
     }
+    if let Some(path) = &args.plot {
+        plot(path, &plan, &splits)?;
+    }
     report(args, &plan, &data, &summaries);
+    Ok(())
+}
+
+/// The file of τ number `t`: `--plot` itself for the first τ, `STEM-tau<τ>.EXT` beside it for
+/// the others.
+fn plot_path(path: &Path, tau: f64, t: usize) -> PathBuf {
+    if t == 0 {
+        return path.to_path_buf();
+    }
+    let stem = path
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let ext = path
+        .extension()
+        .map_or_else(|| "svg".into(), |e| e.to_string_lossy().into_owned());
+    path.with_file_name(format!("{stem}-tau{tau}.{ext}"))
+}
+
+/// One ROC chart per τ: every method's ROC and operating point on split 0's test part (one
+/// scorer's honest curve: pooling splits would mix differently scaled scorers), with the strip
+/// of every split's test FPR at that τ.
+fn plot(path: &Path, plan: &Plan, splits: &[SplitOutcome]) -> Result<(), CliError> {
+    let Some(first) = splits.first() else {
+        return Ok(());
+    };
+    for (t, &tau) in plan.taus.iter().enumerate() {
+        let curves = plan
+            .methods
+            .iter()
+            .enumerate()
+            .map(|(m, method)| {
+                let cell = &first.cells[t][m];
+                RocCurve {
+                    label: format!("{} ({})", method.name(), cell.threshold_method),
+                    points: roc_points(&cell.test_scores, &first.truth),
+                    operating_point: Some((cell.fpr, cell.tpr)),
+                    split_fprs: splits.iter().map(|s| s.cells[t][m].fpr).collect(),
+                }
+            })
+            .collect();
+        let chart = RocPlot {
+            title: format!(
+                "ROC at τ = {tau} (split 0 of {}); strips: test FPR per split",
+                splits.len()
+            ),
+            tau,
+            curves,
+        };
+        write_roc_svg(&plot_path(path, tau, t), &chart)?;
+    }
     Ok(())
 }
 
@@ -726,12 +801,12 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
                 plan.folds
             );
             println!(
-                "{:>7}  {:<11} {:<12} {:<15} {:<16} {:>7}  {:>9}",
+                "{:>7}  {:<11} {:<14} {:<15} {:<16} {:>7}  {:>10}",
                 "τ (%)", "method", "threshold", "(FPR, TPR)", "NP-score", "FPR>τ", "median C/R"
             );
             for s in summaries {
                 println!(
-                    "{:>7}  {:<11} {:<12} {:<15} {:<16} {:>6.1}%  {:>9.0e}",
+                    "{:>7}  {:<11} {:<14} {:<15} {:<16} {:>6.1}%  {:>10.0e}",
                     format!("{}", s.tau * 100.0),
                     s.method.name(),
                     s.threshold_method,
