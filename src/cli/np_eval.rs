@@ -54,9 +54,11 @@ use super::eval::{choose_lambda, run_repeats, stratified_split, transductive};
 use super::plot::{roc_points, write_roc_svg, RocCurve, RocPlot};
 use super::{fit_scaler, read_data, tfpl_params, usmo_params, with_spinner, CliError};
 use crate::data::{Dataset, Label, Rows};
-use crate::learn::calibrate::{Algorithm, Fit, ThresholdSpec};
+use crate::learn::calibrate::{Algorithm, CalibrateError, Fit, ThresholdSpec};
 use crate::learn::metrics::{f1_for, mean_sd, np_score, roc_auc, Confusion, F1Class};
-use crate::learn::threshold::{calibration_split, npscore_threshold, OobRule, ThresholdMethod};
+use crate::learn::threshold::{
+    calibration_split, npscore_threshold, OobRule, ThresholdError, ThresholdMethod,
+};
 use crate::learn::tune::{choose_reg, TuneError};
 
 /// Cross-validation folds for R (tfpl) and the baselines' C unless `--cv`.
@@ -165,6 +167,9 @@ pub(super) struct Cell {
     /// would reach with this scorer, separating ranking quality from threshold choice.
     pub oracle_np_score: f64,
     pub converged: bool,
+    /// The umbrella method could not certify any threshold on this split: the classifier
+    /// flags nothing (FPR 0, TPR 0), as a deployment that refuses would.
+    pub refused: bool,
 }
 
 /// Test-part scores against the truth at a threshold (positive iff score > threshold).
@@ -212,6 +217,7 @@ impl TestPart<'_> {
             test_scores: scores.to_vec(),
             oracle_np_score,
             converged: true,
+            refused: false,
         }
     }
 }
@@ -241,6 +247,44 @@ fn threshold_name(method: ThresholdMethod) -> &'static str {
         ThresholdMethod::Oob => "oob",
         ThresholdMethod::Umbrella => "umbrella",
         ThresholdMethod::PuUmbrella => "pu-umbrella",
+    }
+}
+
+/// Whether a calibration failed because no threshold could be certified (a property of the
+/// split's data, not a configuration mistake).
+fn is_refusal(e: &CalibrateError) -> bool {
+    matches!(
+        e,
+        CalibrateError::Threshold(ThresholdError::NotCertified { .. })
+    )
+}
+
+/// The cell of a split whose threshold was refused: nothing flagged.
+fn refusal(test: &TestPart, hyper: f64, method: ThresholdMethod) -> Cell {
+    let n_negatives = test.truth.iter().filter(|&&t| !t).count();
+    Cell {
+        fpr: 0.0,
+        tpr: 0.0,
+        n_test_negatives: n_negatives,
+        accuracy: n_negatives as f64 / test.truth.len().max(1) as f64,
+        f1: f1_for(
+            &Confusion {
+                tp: 0,
+                fp: 0,
+                tn: n_negatives,
+                fn_: test.truth.len() - n_negatives,
+            },
+            test.f1_class,
+        ),
+        auc: None,
+        threshold_method: threshold_name(method),
+        hyper,
+        cost_ratio: None,
+        fpr_bound: None,
+        test_scores: Vec::new(),
+        oracle_np_score: f64::NAN,
+        converged: true,
+        refused: true,
     }
 }
 
@@ -284,7 +328,14 @@ fn tfpl_cells(
             }
         };
         let algorithm = Algorithm::Tfpl(tfpl_params(&args.model, rank_tau, reg, n_features)?);
-        let (fit, threshold) = algorithm.fit_with_threshold(warm.as_ref(), &spec, &data, cancel)?;
+        let (fit, threshold) =
+            match algorithm.fit_with_threshold(warm.as_ref(), &spec, &data, cancel) {
+                Err(e) if is_refusal(&e) => {
+                    cells.push(refusal(test, reg, spec.method_for(&data)));
+                    continue;
+                }
+                other => other?,
+            };
         let mut scores = vec![0.0; test_rows.n_rows()];
         fit.expansion().decision_batch(&test_rows, &mut scores);
         let mut cell = test.cell(
@@ -337,7 +388,13 @@ fn usmo_cells(
     let mut cells = Vec::with_capacity(plan.taus.len());
     for &tau in &plan.taus {
         let spec = plan.spec(tau, seed);
-        let (fit, threshold) = algorithm.fit_with_threshold(None, &spec, &data, cancel)?;
+        let (fit, threshold) = match algorithm.fit_with_threshold(None, &spec, &data, cancel) {
+            Err(e) if is_refusal(&e) => {
+                cells.push(refusal(test, lambda, spec.method_for(&data)));
+                continue;
+            }
+            other => other?,
+        };
         let mut scores = vec![0.0; test_rows.n_rows()];
         fit.expansion().decision_batch(&test_rows, &mut scores);
         let mut cell = test.cell(
@@ -555,6 +612,7 @@ struct Summary {
     auc: (f64, f64),
     fpr_bound_mean: Option<f64>,
     oracle_np_score: f64,
+    refused_share: f64,
     hyper: Vec<f64>,
     cost_ratio: Vec<f64>,
     converged_share: f64,
@@ -588,7 +646,15 @@ fn summarise(tau: f64, rank_tau: f64, method: Method, cells: &[&Cell]) -> Summar
             mean_sd(&aucs)
         },
         fpr_bound_mean: (!bounds.is_empty()).then(|| mean_sd(&bounds).0),
-        oracle_np_score: mean_sd(&pick(&|c| c.oracle_np_score)).0,
+        oracle_np_score: mean_sd(
+            &cells
+                .iter()
+                .map(|c| c.oracle_np_score)
+                .filter(|v| v.is_finite())
+                .collect::<Vec<f64>>(),
+        )
+        .0,
+        refused_share: share(&|c| c.refused),
         hyper: pick(&|c| c.hyper),
         cost_ratio: cells.iter().filter_map(|c| c.cost_ratio).collect(),
         converged_share: share(&|c| c.converged),
@@ -624,6 +690,7 @@ impl Summary {
             "fpr_bound_mean": self.fpr_bound_mean,
             "np_score_oracle_mean": nan_as_null(self.oracle_np_score),
             "np_score_of_means": np_score(self.fpr.0, self.tpr.0, self.tau),
+            "refused_share": self.refused_share,
             "converged_share": self.converged_share,
         });
         if let Value::Object(fields) = &mut row {
@@ -791,22 +858,32 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
             );
         }
         None => {
+            let selection = match (args.algo, args.model.reg, args.model.lambda) {
+                (Algo::Tfpl, Some(reg), _) => format!("R = {reg}"),
+                (Algo::Tfpl, None, _) => format!("R by {}-fold CV", plan.folds),
+                (Algo::Usmo, _, Some(lambda)) => format!("λ = {lambda}"),
+                (Algo::Usmo, _, None) => "λ by 3-fold PU-risk CV".into(),
+            };
             println!(
-                "{} on {} ({} rows): holdout, {} splits, test fraction {}, {}-fold CV",
+                "{} on {} ({} rows): holdout, {} splits, test fraction {}, {selection}{}",
                 plan.methods[0].name(),
                 args.data.data.display(),
                 data.len(),
                 args.repeats,
                 args.test_fraction,
-                plan.folds
+                if plan.methods.len() > 1 {
+                    format!(", baselines' C by {}-fold CV", plan.folds)
+                } else {
+                    String::new()
+                }
             );
             println!(
-                "{:>7}  {:<11} {:<14} {:<15} {:<16} {:>7}  {:>10}",
-                "τ (%)", "method", "threshold", "(FPR, TPR)", "NP-score", "FPR>τ", "median C/R"
+                "{:>7}  {:<11} {:<14} {:<15} {:<16} {:>7}  {:>12}",
+                "τ (%)", "method", "threshold", "(FPR, TPR)", "NP-score", "FPR>τ", "median R/λ/C"
             );
             for s in summaries {
                 println!(
-                    "{:>7}  {:<11} {:<14} {:<15} {:<16} {:>6.1}%  {:>10.0e}",
+                    "{:>7}  {:<11} {:<14} {:<15} {:<16} {:>6.1}%  {:>12.0e}",
                     format!("{}", s.tau * 100.0),
                     s.method.name(),
                     s.threshold_method,
@@ -815,6 +892,12 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
                     100.0 * s.exceed_share,
                     median(&s.hyper),
                 );
+                if s.refused_share > 0.0 {
+                    println!(
+                        "         (threshold refused, nothing flagged, in {:.1}% of splits)",
+                        100.0 * s.refused_share
+                    );
+                }
             }
         }
     }
