@@ -11,8 +11,9 @@
 //!      [`crate::learn::tune::choose_reg`]: 1e-6 … 10 in decades, `--cv`-fold (default 5)
 //!      stratified CV with the paper's criterion (3) at τ (fraction of validation positives at or
 //!      below the (⌊τ·n_val⌋+1)-th largest validation-negative score), ties to the larger R, the
-//!      grid extended by a decade at a boundary optimum at most twice, fits warm-started along
-//!      the grid from large to small R. `--reg` fixes R and skips the CV. The CV only sees the
+//!      grid extended by a decade past a boundary optimum strictly better than its neighbour,
+//!      at most twice, fits warm-started along the grid from large to small R and stopped at a
+//!      relative duality gap of [`CV_TOL`] unless `--tol`. `--reg` fixes R and skips the CV. The CV only sees the
 //!      rows the scorer will be trained on, so rows held out to calibrate an umbrella threshold
 //!      stay unseen. Then τ-FPL (ranking at `--rank-tau`, default τ) is trained with that R and
 //!      its threshold calibrated per `--threshold`
@@ -38,8 +39,18 @@
 //! - usmo with `umbrella`: `--calibration-fraction` of the true training negatives keep their
 //!   label −1 (USMO never trains on negatives, so they stay unseen) and calibrate; the other
 //!   negatives are unlabeled with the unlabeled positives.
+//! - A split whose umbrella threshold cannot be certified (`pu-umbrella` on little data) is a
+//!   refusal, not an error: that split's classifier flags nothing (FPR 0, TPR 0, as a
+//!   deployment that refuses would) and `refused_share` counts it.
 //! - The top-level `accuracy`/`f1`/`auc` fields summarise `--algo` at the first τ (the existing
 //!   schema has one of each); every result row carries its own.
+//! - Besides the per-split mean NP-score, each row reports `np_score_of_means` (the score of
+//!   the mean rates, which is what every checked cell of the paper's Table 3 equals up to
+//!   rounding) and `np_score_oracle_mean` (the threshold chosen on the test part itself: how
+//!   much of the score is ranking and how much threshold choice).
+//! - `--plot`: per τ, each method's ROC and operating point on split 0's test part (one scorer's
+//!   honest curve; pooling splits would mix differently scaled scorers) and the strip of every
+//!   split's test FPR.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -191,13 +202,15 @@ impl TestPart<'_> {
             let predicted: Vec<bool> = scores.iter().map(|&s| s > t).collect();
             Confusion::from_predictions(&predicted, self.truth)
         };
-        let (pos, neg): (Vec<(f64, bool)>, Vec<(f64, bool)>) = scores
-            .iter()
-            .copied()
-            .zip(self.truth.iter().copied())
-            .partition(|p| p.1);
-        let pos: Vec<f64> = pos.into_iter().map(|p| p.0).collect();
-        let neg: Vec<f64> = neg.into_iter().map(|p| p.0).collect();
+        let class = |positive: bool| -> Vec<f64> {
+            scores
+                .iter()
+                .zip(self.truth)
+                .filter(|(_, &t)| t == positive)
+                .map(|(&s, _)| s)
+                .collect()
+        };
+        let (pos, neg) = (class(true), class(false));
         let oracle_np_score = npscore_threshold(&pos, &neg, tau).map_or(f64::NAN, |t| {
             let c = confusion(t);
             np_score(c.fpr(), c.tpr(), tau)

@@ -237,11 +237,11 @@ impl ThresholdSpec {
     }
 }
 
-/// (training rows, calibration positives, calibration unlabeled rows) of pu-umbrella.
-fn pu_split(
-    spec: &ThresholdSpec,
-    data: &Dataset,
-) -> Result<(Vec<usize>, Vec<usize>, Vec<usize>), CalibrateError> {
+/// Row indices: (training rows, calibration positives, calibration unlabeled rows).
+type PuSplit = (Vec<usize>, Vec<usize>, Vec<usize>);
+
+/// The rows of pu-umbrella's split.
+fn pu_split(spec: &ThresholdSpec, data: &Dataset) -> Result<PuSplit, CalibrateError> {
     let positives = data.indices_of(Label::Positive);
     let unlabeled = data.indices_of(Label::Unlabeled);
     let (_, cal_p) = calibration_split(&positives, spec.calibration_fraction, spec.seed)?;
