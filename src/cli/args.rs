@@ -399,7 +399,8 @@ pub struct EvalArgs {
     /// The split protocol (default holdout; transductive is the same as --transductive).
     #[arg(long, value_enum)]
     pub protocol: Option<ProtocolArg>,
-    /// Cross-validation folds choosing R (tfpl) and C (baselines); default 5 (usmo's λ: 3).
+    /// Cross-validation folds choosing R (tfpl) and C (baselines); default 5. (usmo always
+    /// picks λ by 3-fold CV.)
     #[arg(long)]
     pub cv: Option<usize>,
     /// Baselines to run on the same splits (with --tau), comma-separated.
