@@ -37,6 +37,9 @@ fn main() -> ExitCode {
         Command::Bench {
             command: BenchCommand::Projection(a),
         } => cli::bench::projection(a),
+        Command::Bench {
+            command: BenchCommand::Tfpl(a),
+        } => cli::bench::tfpl(a, &cancel),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1462,3 +1462,96 @@ fn bench_projection_reports_medians_and_linear_visits() {
     neyman(&["bench", "projection", "--n", "0"]).code(2);
     neyman(&["bench", "projection", "--n", "10", "--k-fraction", "2"]).code(2);
 }
+
+#[test]
+fn bench_tfpl_reports_every_factor_and_the_time_ratios() {
+    let r = neyman(&[
+        "bench",
+        "tfpl",
+        "--data",
+        HEART,
+        "--tau",
+        "0.1",
+        "--reg",
+        "0.1",
+        "--factors",
+        "8,1,2",
+        "--repeats",
+        "1",
+        "--report",
+        "json",
+    ])
+    .ok()
+    .json();
+    assert_eq!(u64_of(&r, "rows"), 270);
+    assert_eq!(u64_of(&r, "repeats"), 1);
+    let factors = r["factors"].as_array().expect("factors is an array");
+    let got: Vec<u64> = factors
+        .iter()
+        .map(|f| f["factor"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, vec![1, 2, 8], "sorted");
+    let mut iterations = Vec::new();
+    for f in factors {
+        let f = f.as_object().unwrap();
+        let factor = u64_of(f, "factor");
+        assert_eq!(u64_of(f, "n"), 270 * factor);
+        assert_eq!(u64_of(f, "n_positive"), 120 * factor);
+        assert_eq!(u64_of(f, "n_negative"), 150 * factor);
+        // k = ⌊τn⌋ + 1 on the up-sampled negatives.
+        assert_eq!(u64_of(f, "k"), (15 * factor) + 1);
+        assert!(bool_of(f, "converged"));
+        assert!(f64_of(f, "relative_gap") <= 1e-6);
+        assert!(f64_of(f, "median_seconds") > 0.0);
+        assert_eq!(f["seconds"].as_array().unwrap().len(), 1);
+        iterations.push(u64_of(f, "iterations"));
+    }
+    assert!(iterations.iter().all(|&i| i > 0), "{iterations:?}");
+    let t = |i: usize| f64_of(factors[i].as_object().unwrap(), "median_seconds");
+    let want = (t(2) / t(0)) / 8.0;
+    assert!((f64_of(&r, "ratio_max_over_min") - want).abs() <= 1e-12 * want);
+    assert!((f64_of(&r, "t8_over_t1") - t(2) / t(0)).abs() <= 1e-12 * want);
+
+    // Without both 1 and 8 there is no t8_over_t1.
+    let r = neyman(&[
+        "bench",
+        "tfpl",
+        "--data",
+        HEART,
+        "--tau",
+        "0.1",
+        "--factors",
+        "2,3",
+        "--repeats",
+        "1",
+        "--report",
+        "json",
+    ])
+    .ok()
+    .json();
+    assert_eq!(r["t8_over_t1"], Value::Null);
+    assert!(f64_of(&r, "ratio_max_over_min") > 0.0);
+
+    for bad in [
+        &["--tau", "0.1", "--factors", "0,1"][..],
+        &["--tau", "0.1", "--repeats", "0"],
+        &["--tau", "0.1", "--reg", "0"],
+        &["--tau", "1.5"],
+    ] {
+        let mut args = vec!["bench", "tfpl", "--data", HEART];
+        args.extend_from_slice(bad);
+        let run = neyman(&args).code(2);
+        assert!(!run
+            .one_error_line()
+            .contains("cannot be used multiple times"));
+    }
+    neyman(&[
+        "bench",
+        "tfpl",
+        "--data",
+        "/nonexistent.csv",
+        "--tau",
+        "0.1",
+    ])
+    .code(1);
+}

@@ -44,6 +44,37 @@ pub enum Command {
 pub enum BenchCommand {
     /// The Γ_k projection of τ-FPL: divide & conquer vs sort-and-sweep vs one plain pass.
     Projection(BenchProjectionArgs),
+    /// τ-FPL (linear) training time on a data file up-sampled 1×, 2×, 4×, …: is it linear in n?
+    Tfpl(BenchTfplArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchTfplArgs {
+    /// Data file with labels 1 / -1 (rows labelled 0 are carried along but not trained on).
+    #[arg(long)]
+    pub data: PathBuf,
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// τ used for ranking: k = ⌊τn⌋ + 1.
+    #[arg(allow_negative_numbers = true, long)]
+    pub tau: f64,
+    /// R, the L2 regularisation weight.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1e-2)]
+    pub reg: f64,
+    /// Up-sampling factors: each trains on the rows repeated that many times.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub factors: Vec<usize>,
+    /// Fits per factor; the median time is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Stop when the relative duality gap ≤ tol (default as `train`: 1e-6).
+    #[arg(allow_negative_numbers = true, long)]
+    pub tol: Option<f64>,
+    /// Feature scaling, as `train --algo tfpl` does it (then ‖x‖ ≤ 1).
+    #[arg(long, value_enum, default_value = "standard")]
+    pub scale: ScaleArg,
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,14 +1,18 @@
-//! `neyman bench ...`: speed measured in one run against a baseline of the same run.
+//! `neyman bench ...`: speed measured in one run against a baseline of the same run, or against
+//! the same work at other sizes.
 
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use super::args::{BenchProjectionArgs, ReportFormat};
+use super::args::{BenchProjectionArgs, BenchTfplArgs, ReportFormat};
 use super::CliError;
+use crate::data::{read, Dataset, Label, Rows};
 use crate::learn::projection::{project, project_sorted, ProjectionWorkspace};
+use crate::learn::tfpl::TfplParams;
 
 /// iid N(0, 1) values (Box–Muller) from a fixed seed.
 fn normals(len: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
@@ -90,6 +94,129 @@ pub fn projection(args: &BenchProjectionArgs) -> Result<(), CliError> {
             sort / dc,
             visits as f64 / (m + n) as f64
         ),
+    }
+    Ok(())
+}
+
+/// `neyman bench tfpl`: τ-FPL (linear kernel) training time as n grows. The data file is read
+/// and scaled as `neyman train --algo tfpl` does (scaler fitted on every row, then ‖x‖ ≤ 1),
+/// and each factor F trains on the rows repeated F times: our analogue of the paper's
+/// up-sampled real-sim experiment, with the same distribution at every size, so a linear-time
+/// solver should take about F times as long. Reports, per factor, n, the median seconds over
+/// `--repeats` fits, the iterations and whether the fit converged; then
+/// `ratio_max_over_min` = (t(max F)/t(min F)) / (max F/min F), 1 for exactly linear time,
+/// and `t8_over_t1` when the factors include 1 and 8 (the target is ≤ 10).
+pub fn tfpl(args: &BenchTfplArgs, cancel: &AtomicBool) -> Result<(), CliError> {
+    if args.factors.is_empty() || args.factors.contains(&0) || args.repeats == 0 {
+        return Err(CliError::Usage(
+            "--factors must list values ≥ 1 and --repeats must be at least 1".into(),
+        ));
+    }
+    let mut params = TfplParams::new(args.tau, args.reg);
+    params.tol = args.tol.unwrap_or(params.tol);
+    let params = params.check().map_err(|e| CliError::Usage(e.to_string()))?;
+    let data = read(&args.data, &args.read.options(false))?;
+    let base = Dataset {
+        rows: super::tfpl_scaler(args.scale.into(), &data.rows).transform(&data.rows),
+        labels: data.labels,
+        ids: data.ids,
+    };
+    let mut factors = args.factors.clone();
+    factors.sort_unstable();
+    factors.dedup();
+    let sets: Vec<Dataset> = factors
+        .iter()
+        .map(|&factor| Dataset {
+            rows: Rows::concat(&vec![&base.rows; factor]),
+            labels: (0..factor)
+                .flat_map(|_| base.labels.iter().copied())
+                .collect(),
+            ids: (0..factor)
+                .flat_map(|r| base.ids.iter().map(move |id| format!("{id}#{r}")))
+                .collect(),
+        })
+        .collect();
+    // Repeats go round the factors (1, 2, 4, 8, 1, 2, …) rather than one factor at a time, so
+    // a change in the load of a shared machine hits every factor alike instead of skewing the
+    // ratios.
+    let mut seconds = vec![Vec::with_capacity(args.repeats); factors.len()];
+    let mut reports = vec![None; factors.len()];
+    for _ in 0..args.repeats {
+        for (i, set) in sets.iter().enumerate() {
+            let start = Instant::now();
+            let fit = params
+                .fit(set, cancel)
+                .map_err(|e| CliError::Training(e.to_string()))?;
+            seconds[i].push(start.elapsed().as_secs_f64());
+            reports[i] = Some(fit.report);
+        }
+    }
+    let mut results = Vec::with_capacity(factors.len());
+    let mut seconds_of = Vec::with_capacity(factors.len());
+    for (i, set) in sets.iter().enumerate() {
+        let report = reports[i]
+            .take()
+            .ok_or_else(|| CliError::Usage("--repeats must be at least 1".into()))?;
+        let median_seconds = median(seconds[i].clone());
+        seconds_of.push(median_seconds);
+        results.push(json!({
+            "factor": factors[i],
+            "n": set.len(),
+            "n_positive": set.count(Label::Positive),
+            "n_negative": set.count(Label::Negative),
+            "k": report.k,
+            "median_seconds": median_seconds,
+            "seconds": seconds[i],
+            "iterations": report.iterations,
+            "seconds_per_iteration": median_seconds / report.iterations.max(1) as f64,
+            "restarts": report.restarts,
+            "projection_visits": report.projection_visits,
+            "relative_gap": report.relative_gap,
+            "converged": report.converged,
+        }));
+    }
+    let ratio = |lo: usize, hi: usize| {
+        let t = |f: usize| factors.iter().position(|&g| g == f).map(|i| seconds_of[i]);
+        match (t(lo), t(hi)) {
+            (Some(a), Some(b)) if a > 0.0 => Some(b / a),
+            _ => None,
+        }
+    };
+    let (min_f, max_f) = (factors[0], factors[factors.len() - 1]);
+    let ratio_max_over_min = ratio(min_f, max_f).map(|r| r / (max_f as f64 / min_f as f64));
+    let t8_over_t1 = ratio(1, 8);
+    let report = json!({
+        "data": args.data.display().to_string(),
+        "rows": base.len(),
+        "tau": args.tau,
+        "reg": args.reg,
+        "tol": params.tol,
+        "repeats": args.repeats,
+        "factors": results,
+        "ratio_max_over_min": ratio_max_over_min,
+        "t8_over_t1": t8_over_t1,
+    });
+    match args.report {
+        Some(ReportFormat::Json) => println!("{report}"),
+        None => {
+            for r in &results {
+                println!(
+                    "factor {:>3}: n {:>8}, {:.4}s (median of {}), {} iterations, converged: {}",
+                    r["factor"],
+                    r["n"],
+                    r["median_seconds"].as_f64().unwrap_or(0.0),
+                    args.repeats,
+                    r["iterations"],
+                    r["converged"]
+                );
+            }
+            if let Some(r) = ratio_max_over_min {
+                println!("time ratio per unit of n, max over min factor: {r:.2}");
+            }
+            if let Some(r) = t8_over_t1 {
+                println!("t(8n)/t(n): {r:.2}");
+            }
+        }
     }
     Ok(())
 }

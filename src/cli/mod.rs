@@ -18,7 +18,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use crate::data::{read, DataError, Dataset, Label, Rows, Scaler};
+use crate::data::{read, DataError, Dataset, Label, Rows, ScaleKind, Scaler};
 use crate::learn::calibrate::{Algorithm, CalibrateError, Fit, ThresholdSpec};
 use crate::learn::kernel::Kernel;
 use crate::learn::model::{Fingerprint, Model, ModelError, TfplEntry, UsmoEntry};
@@ -173,20 +173,24 @@ fn fit_scaler(args: &ModelArgs, algo: Algo, data: &Dataset) -> Scaler {
                 .collect();
             Scaler::fit(args.scale.into(), &data.rows.select(&train))
         }
-        Algo::Tfpl => {
-            let scaler = Scaler::fit(args.scale.into(), &data.rows);
-            let largest = scaler
-                .transform(&data.rows)
-                .squared_norms()
-                .into_iter()
-                .fold(0.0, f64::max)
-                .sqrt();
-            if largest > 0.0 && largest.is_finite() {
-                scaler.times(1.0 / largest)
-            } else {
-                scaler
-            }
-        }
+        Algo::Tfpl => tfpl_scaler(args.scale.into(), &data.rows),
+    }
+}
+
+/// τ-FPL's scaler: `kind` fitted on every row, then divided by the largest scaled row norm so
+/// ‖x‖ ≤ 1 on these rows (note §6.15).
+fn tfpl_scaler(kind: ScaleKind, rows: &Rows) -> Scaler {
+    let scaler = Scaler::fit(kind, rows);
+    let largest = scaler
+        .transform(rows)
+        .squared_norms()
+        .into_iter()
+        .fold(0.0, f64::max)
+        .sqrt();
+    if largest > 0.0 && largest.is_finite() {
+        scaler.times(1.0 / largest)
+    } else {
+        scaler
     }
 }
 
