@@ -253,6 +253,64 @@ mod tests {
         );
     }
 
+    /// Positives around (0.5, 0), negatives around (−0.5, 0): separable, so every R ranks
+    /// every validation positive above every negative.
+    fn separable(m: usize, n: usize) -> Dataset {
+        let mut rows = Vec::new();
+        let mut labels = Vec::new();
+        for i in 0..m + n {
+            let jitter = ((i * 37 % 11) as f64 - 5.0) / 50.0;
+            let x = if i < m { 0.5 } else { -0.5 };
+            rows.extend_from_slice(&[x + jitter / 2.0, jitter]);
+            labels.push(if i < m {
+                Label::Positive
+            } else {
+                Label::Negative
+            });
+        }
+        Dataset {
+            rows: Rows::dense(
+                ndarray::Array2::from_shape_vec((m + n, 2), rows).expect("(m+n)×2 values"),
+            ),
+            labels,
+            ids: (0..m + n).map(|i| format!("r{i}")).collect(),
+        }
+    }
+
+    #[test]
+    fn a_flat_criterion_picks_the_largest_r_without_extending() {
+        let data = separable(20, 40);
+        let params = TfplParams::new(0.1, 1.0);
+        let choice = choose_reg(&params, &data, 0.1, 5, 3, &AtomicBool::new(false))
+            .expect("a CV on separable data");
+        // Every R of the grid was tried, largest first, and scored perfectly.
+        let regs: Vec<f64> = choice.tried.iter().map(|t| t.0).collect();
+        assert_eq!(regs, REG_GRID.to_vec());
+        assert!(
+            choice.tried.iter().all(|t| t.1 == 0.0),
+            "{:?}",
+            choice.tried
+        );
+        // All tied: the largest R, and no extension past a tie at the boundary.
+        assert_eq!((choice.reg, choice.criterion), (10.0, 0.0));
+        assert_eq!(choice.warm_start.reg, 10.0);
+        assert!(choice.converged);
+    }
+
+    #[test]
+    fn too_few_samples_for_the_folds_is_an_error() {
+        let data = separable(3, 40);
+        let params = TfplParams::new(0.1, 1.0);
+        assert_eq!(
+            choose_reg(&params, &data, 0.1, 5, 3, &AtomicBool::new(false)),
+            Err(TuneError::Folds {
+                folds: 5,
+                positives: 3,
+                negatives: 40
+            })
+        );
+    }
+
     #[test]
     fn folds_are_stratified_and_balanced() {
         let labels: Vec<Label> = (0..23)
