@@ -344,9 +344,10 @@ pub struct ModelArgs {
     /// λ: the regularisation weight (eval picks it by cross-validation when absent).
     #[arg(allow_negative_numbers = true, long)]
     pub lambda: Option<f64>,
-    /// tfpl: R, the L2 regularisation weight.
-    #[arg(allow_negative_numbers = true, long, default_value_t = 1e-2)]
-    pub reg: f64,
+    /// tfpl: R, the L2 regularisation weight (train: default 1e-2; eval picks it by
+    /// cross-validation when absent).
+    #[arg(allow_negative_numbers = true, long)]
+    pub reg: Option<f64>,
     /// Kernel (required for usmo; tfpl defaults to linear).
     #[arg(long, value_enum)]
     pub kernel: Option<KernelName>,
@@ -493,15 +494,69 @@ pub struct ScoreArgs {
     pub out: Option<PathBuf>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProtocolArg {
+    /// Stratified splits: train on `1 − --test-fraction` of the rows, test on the rest.
+    Holdout,
+    /// Train on every row (PU-labelled), test on the rows left unlabeled; same as
+    /// `--transductive` (usmo without `--tau` only).
+    Transductive,
+}
+
+/// Baselines `eval --tau` runs on the same splits as `--algo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompareArg {
+    /// Linear SVM whose threshold is shifted on its training data to training FPR ≤ τ.
+    BsSvm,
+    /// Cost-sensitive linear SVM thresholded out-of-bootstrap (`--rounds`, `--oob-rule`).
+    CsSvmOob,
+}
+
+/// eval's false-positive targets and threshold calibration (`--tau` takes a list here).
+#[derive(Debug, Clone, Args)]
+pub struct EvalThresholdArgs {
+    /// τ: the target false-positive rates, comma-separated (e.g. 0.05,0.1). With it, eval runs
+    /// the Neyman–Pearson protocol of the τ-FPL paper (Table 3) for every τ.
+    #[arg(allow_negative_numbers = true, long, value_delimiter = ',')]
+    pub tau: Vec<f64>,
+    /// tfpl: the τ used for ranking, one per --tau (e.g. 2τ for the paper's "2τ-FPL").
+    #[arg(allow_negative_numbers = true, long, value_delimiter = ',')]
+    pub rank_tau: Vec<f64>,
+    /// Threshold method; default oob for tfpl, pu-umbrella for usmo and for tfpl with
+    /// --pu-labeled-fraction.
+    #[arg(long, value_enum)]
+    pub threshold: Option<ThresholdArg>,
+    /// δ: the allowed probability that the true FPR exceeds τ (umbrella methods).
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0.05)]
+    pub delta: f64,
+    /// Share of the training negatives (umbrella) or of the training positives and unlabeled
+    /// rows (pu-umbrella) held out for calibration.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0.5)]
+    pub calibration_fraction: f64,
+    /// pu-umbrella: lower end of the positive share of the unlabeled data.
+    #[arg(allow_negative_numbers = true, long)]
+    pub prior_min: Option<f64>,
+    /// pu-umbrella: upper end of the positive share of the unlabeled data.
+    #[arg(allow_negative_numbers = true, long)]
+    pub prior_max: Option<f64>,
+    /// oob: bootstrap rounds.
+    #[arg(long, default_value_t = 10)]
+    pub rounds: usize,
+    /// oob: the per-round threshold rule (default npscore, the paper's experiments).
+    #[arg(long, value_enum)]
+    pub oob_rule: Option<OobRuleArg>,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
     #[arg(long, value_enum)]
     pub algo: Algo,
     #[command(flatten)]
     pub data: DataArgs,
-    /// Fraction of the training positives that keep their label.
+    /// Fraction of the training positives that keep their label (required for usmo; with tfpl
+    /// the rest are trained on as negatives together with the true negatives).
     #[arg(long)]
-    pub pu_labeled_fraction: f64,
+    pub pu_labeled_fraction: Option<f64>,
     #[arg(long, default_value_t = 10)]
     pub repeats: usize,
     #[arg(long, default_value_t = 0)]
@@ -512,12 +567,27 @@ pub struct EvalArgs {
     /// Train on every row and evaluate on the unlabeled rows (the USMO paper's protocol).
     #[arg(long)]
     pub transductive: bool,
+    /// The split protocol (default holdout; transductive is the same as --transductive).
+    #[arg(long, value_enum)]
+    pub protocol: Option<ProtocolArg>,
+    /// Cross-validation folds choosing R (tfpl) and C (baselines); default 5. (usmo always
+    /// picks λ by 3-fold CV.)
+    #[arg(long)]
+    pub cv: Option<usize>,
+    /// Baselines to run on the same splits (with --tau), comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub compare: Vec<CompareArg>,
+    /// Write an SVG plot (ROC with the τ line and operating points) here (with --tau).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
     /// Which class's F1 to report: the positive class, or the majority class of the
     /// evaluation labels (ties: negative), as the USMO paper does.
     #[arg(long, value_enum, default_value = "positive")]
     pub f1_class: F1ClassArg,
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub threshold: EvalThresholdArgs,
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
     #[arg(long)]

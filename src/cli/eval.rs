@@ -1,4 +1,6 @@
-//! `neyman eval`: repeated PU experiments on a fully labelled file.
+//! `neyman eval`: repeated experiments on a fully labelled file. With `--tau` it runs the
+//! Neyman–Pearson protocol of the τ-FPL paper (see [`super::np_eval`]); without it, the PU
+//! experiment below (`--algo usmo` only).
 //!
 //! Each repeat r uses the seed `--seed + r`. Protocols:
 //! - `holdout` (default): a stratified split keeps `--test-fraction` of the rows for testing;
@@ -19,7 +21,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use super::args::{Algo, EvalArgs, ReportFormat};
+use super::args::{Algo, EvalArgs, ProtocolArg, ReportFormat};
 use super::{fit_scaler, read_data, usmo_params, with_spinner, CliError};
 use crate::data::{Dataset, Label};
 use crate::learn::metrics::{f1_for, mean_sd, roc_auc, Confusion, F1Class};
@@ -60,7 +62,7 @@ fn train_and_score(
 }
 
 /// λ from the grid by cross-validated PU zero-one risk on a PU-labelled training set.
-fn choose_lambda(
+pub(super) fn choose_lambda(
     args: &EvalArgs,
     train: &Dataset,
     seed: u64,
@@ -110,7 +112,7 @@ fn choose_lambda(
 }
 
 /// A stratified split of row indices by true label: (train, test).
-fn stratified_split(
+pub(super) fn stratified_split(
     data: &Dataset,
     test_fraction: f64,
     rng: &mut ChaCha8Rng,
@@ -130,21 +132,23 @@ fn stratified_split(
 
 fn run_repeat(
     args: &EvalArgs,
+    labeled_fraction: f64,
+    transductive: bool,
     data: &Dataset,
     repeat: usize,
     cancel: &AtomicBool,
 ) -> Result<Outcome, CliError> {
     let seed = args.seed.wrapping_add(repeat as u64);
-    let (train, test) = if args.transductive {
+    let (train, test) = if transductive {
         let mut train = data.clone();
-        train.pu_relabel(args.pu_labeled_fraction, seed)?;
+        train.pu_relabel(labeled_fraction, seed)?;
         let test = data.select(&train.indices_of(Label::Unlabeled));
         (train, test)
     } else {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let (train_idx, test_idx) = stratified_split(data, args.test_fraction, &mut rng);
         let mut train = data.select(&train_idx);
-        train.pu_relabel(args.pu_labeled_fraction, seed)?;
+        train.pu_relabel(labeled_fraction, seed)?;
         (train, data.select(&test_idx))
     };
     let lambda = match args.model.lambda {
@@ -164,19 +168,83 @@ fn run_repeat(
     })
 }
 
+/// `repeats` independent jobs `work(0..repeats)` on up to `available_parallelism` scoped
+/// threads, each thread taking a contiguous block; results in repeat order, the first error
+/// (in repeat order) wins.
+pub(super) fn run_repeats<T: Send>(
+    repeats: usize,
+    work: impl Fn(usize) -> Result<T, CliError> + Sync,
+) -> Result<Vec<T>, CliError> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(repeats)
+        .max(1);
+    let block = repeats.div_ceil(threads);
+    let mut slots: Vec<Option<Result<T, CliError>>> = (0..repeats).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        for (t, chunk) in slots.chunks_mut(block).enumerate() {
+            let work = &work;
+            scope.spawn(move || {
+                for (k, slot) in chunk.iter_mut().enumerate() {
+                    *slot = Some(work(t * block + k));
+                }
+            });
+        }
+    });
+    let mut results = Vec::with_capacity(repeats);
+    for slot in slots {
+        match slot {
+            Some(r) => results.push(r?),
+            None => {
+                return Err(CliError::Usage(
+                    "an evaluation worker did not finish".into(),
+                ))
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// Whether the flags ask for the transductive protocol (`--transductive` or `--protocol
+/// transductive`); `--transductive` with `--protocol holdout` is a contradiction.
+pub(super) fn transductive(args: &EvalArgs) -> Result<bool, CliError> {
+    match (args.transductive, args.protocol) {
+        (true, Some(ProtocolArg::Holdout)) => Err(CliError::Usage(
+            "--transductive contradicts --protocol holdout".into(),
+        )),
+        (t, p) => Ok(t || p == Some(ProtocolArg::Transductive)),
+    }
+}
+
 /// `neyman eval`
 pub fn eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
+    if !args.threshold.tau.is_empty() {
+        return super::np_eval::np_eval(args, cancel);
+    }
     if args.algo != Algo::Usmo {
         return Err(CliError::Usage(
-            "eval supports --algo usmo for now (tfpl evaluation comes with its --tau protocol)"
-                .into(),
+            "eval --algo tfpl needs --tau (the Neyman–Pearson protocol)".into(),
         ));
     }
+    for (given, flag) in [
+        (!args.compare.is_empty(), "--compare"),
+        (args.plot.is_some(), "--plot"),
+        (args.threshold.threshold.is_some(), "--threshold"),
+        (!args.threshold.rank_tau.is_empty(), "--rank-tau"),
+    ] {
+        if given {
+            return Err(CliError::Usage(format!("{flag} needs --tau")));
+        }
+    }
+    let labeled_fraction = args
+        .pu_labeled_fraction
+        .ok_or_else(|| CliError::Usage("eval --algo usmo needs --pu-labeled-fraction".into()))?;
     if args.repeats == 0 {
         return Err(CliError::Usage("--repeats must be at least 1".into()));
     }
+    let transductive = transductive(args)?;
     let fraction_ok = args.test_fraction > 0.0 && args.test_fraction < 1.0;
-    if !args.transductive && !fraction_ok {
+    if !transductive && !fraction_ok {
         return Err(CliError::Usage(format!(
             "--test-fraction must be in (0, 1), got {}",
             args.test_fraction
@@ -196,36 +264,11 @@ pub fn eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         data.rows.n_features(),
     )?;
 
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(args.repeats);
-    let outcomes = with_spinner(args.quiet, "evaluating usmo", || {
-        let mut slots: Vec<Option<Result<Outcome, CliError>>> =
-            (0..args.repeats).map(|_| None).collect();
-        std::thread::scope(|scope| {
-            for (t, chunk) in slots.chunks_mut(args.repeats.div_ceil(threads)).enumerate() {
-                let data = &data;
-                scope.spawn(move || {
-                    let first = t * args.repeats.div_ceil(threads);
-                    for (k, slot) in chunk.iter_mut().enumerate() {
-                        *slot = Some(run_repeat(args, data, first + k, cancel));
-                    }
-                });
-            }
-        });
-        slots
-    });
-    let mut results = Vec::with_capacity(args.repeats);
-    for slot in outcomes {
-        match slot {
-            Some(r) => results.push(r?),
-            None => {
-                return Err(CliError::Usage(
-                    "an evaluation worker did not finish".into(),
-                ))
-            }
-        }
-    }
+    let results = with_spinner(args.quiet, "evaluating usmo", || {
+        run_repeats(args.repeats, |r| {
+            run_repeat(args, labeled_fraction, transductive, &data, r, cancel)
+        })
+    })?;
 
     let pick = |f: fn(&Outcome) -> f64| results.iter().map(f).collect::<Vec<_>>();
     let (accuracy_mean, accuracy_sd) = mean_sd(&pick(|o| o.accuracy));
@@ -236,7 +279,7 @@ pub fn eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     } else {
         mean_sd(&aucs)
     };
-    let protocol = if args.transductive {
+    let protocol = if transductive {
         "transductive"
     } else {
         "holdout"

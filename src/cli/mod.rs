@@ -4,10 +4,12 @@
 //! configuration mistakes and 1 for failures at run time (bad data, I/O, solver errors).
 
 pub mod args;
+mod baselines;
 pub mod bench;
 pub mod daemon;
 mod eval;
 pub mod kafka;
+mod np_eval;
 pub mod plot;
 pub mod stream;
 
@@ -149,13 +151,17 @@ fn usmo_params(
     Ok(params.check()?)
 }
 
-/// Checked τ-FPL parameters from the flags.
+/// R when `--reg` is absent (train; eval chooses R by cross-validation instead).
+const DEFAULT_REG: f64 = 1e-2;
+
+/// Checked τ-FPL parameters from the flags, with R given explicitly.
 fn tfpl_params(
     args: &ModelArgs,
     rank_tau: f64,
+    reg: f64,
     n_features: usize,
 ) -> Result<TfplValidParams, CliError> {
-    let mut params = TfplParams::new(rank_tau, args.reg);
+    let mut params = TfplParams::new(rank_tau, reg);
     params.kernel = kernel_of(args, n_features, KernelName::Linear);
     params.tol = args.tol.unwrap_or(params.tol);
     params.max_iter = args.max_iter;
@@ -273,7 +279,8 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
                 .tau
                 .ok_or_else(|| CliError::Usage("--algo tfpl needs --tau".into()))?;
             let rank_tau = args.threshold.rank_tau.unwrap_or(tau);
-            Algorithm::Tfpl(tfpl_params(&args.model, rank_tau, n_features)?)
+            let reg = args.model.reg.unwrap_or(DEFAULT_REG);
+            Algorithm::Tfpl(tfpl_params(&args.model, rank_tau, reg, n_features)?)
         }
     };
     let previous = match &args.warm_start {

@@ -110,9 +110,43 @@ impl Algorithm {
         })
     }
 
+    /// The rows of `data` the scorer is trained on under `spec`; the others calibrate it. For
+    /// `oob` that is every row (the rounds resample them). Hyper-parameters chosen on these rows
+    /// only leave the calibration rows unseen, which the umbrella guarantees need.
+    pub fn scorer_rows(
+        &self,
+        spec: &ThresholdSpec,
+        data: &Dataset,
+    ) -> Result<Vec<usize>, CalibrateError> {
+        Ok(match spec.method_for(data) {
+            ThresholdMethod::Umbrella => self.umbrella_split(spec, data)?.0,
+            ThresholdMethod::PuUmbrella => pu_split(spec, data)?.0,
+            ThresholdMethod::Oob => (0..data.len()).collect(),
+        })
+    }
+
+    /// (training rows, calibration negatives) of the umbrella method.
+    fn umbrella_split(
+        &self,
+        spec: &ThresholdSpec,
+        data: &Dataset,
+    ) -> Result<(Vec<usize>, Vec<usize>), CalibrateError> {
+        let negatives = data.indices_of(Label::Negative);
+        if negatives.is_empty() {
+            return Err(CalibrateError::Needs("umbrella", "negatives (label -1)"));
+        }
+        Ok(match self {
+            // USMO never trains on negatives: every one of them is unseen.
+            Algorithm::Usmo(_) => ((0..data.len()).collect(), negatives),
+            Algorithm::Tfpl(_) => {
+                let (_, cal) = calibration_split(&negatives, spec.calibration_fraction, spec.seed)?;
+                (without(data.len(), &cal), cal)
+            }
+        })
+    }
+
     /// Trains the scorer and calibrates its threshold per `spec` (see the module docs); the
-    /// held-out rows are drawn from `spec.seed` (`spec.calibration_fraction` of each class the
-    /// method calibrates on).
+    /// held-out rows are drawn from `spec.seed` ([`Algorithm::scorer_rows`]).
     pub fn fit_with_threshold(
         &self,
         previous: Option<&Fit>,
@@ -120,28 +154,15 @@ impl Algorithm {
         data: &Dataset,
         cancel: &AtomicBool,
     ) -> Result<(Fit, ThresholdResult), CalibrateError> {
-        let mut held_out = vec![false; data.len()];
-        let mut hold = |rows: &[usize]| rows.iter().for_each(|&i| held_out[i] = true);
-        match method_for(spec, data) {
-            // USMO never trains on negatives, so every negative calibrates it unseen.
-            ThresholdMethod::Umbrella if matches!(self, Algorithm::Usmo(_)) => {}
-            ThresholdMethod::Umbrella => {
-                let negatives = data.indices_of(Label::Negative);
-                if !negatives.is_empty() {
-                    hold(&calibration_split(&negatives, spec.calibration_fraction, spec.seed)?.1);
-                }
-            }
-            ThresholdMethod::PuUmbrella => {
-                let positives = data.indices_of(Label::Positive);
-                let unlabeled = data.indices_of(Label::Unlabeled);
-                if spec.prior_interval.is_some() {
-                    hold(&calibration_split(&positives, spec.calibration_fraction, spec.seed)?.1);
-                    hold(
-                        &calibration_split(&unlabeled, spec.calibration_fraction, spec.seed ^ 1)?.1,
-                    );
-                }
-            }
-            ThresholdMethod::Oob => {}
+        if spec.method_for(data) == ThresholdMethod::PuUmbrella && spec.prior_interval.is_none() {
+            return Err(CalibrateError::Needs(
+                "pu-umbrella",
+                "the prior interval of the unlabeled data (prior_min and prior_max)",
+            ));
+        }
+        let mut held_out = vec![true; data.len()];
+        for i in self.scorer_rows(spec, data)? {
+            held_out[i] = false;
         }
         self.fit_with_held_out(previous, spec, data, &held_out, cancel)
     }
@@ -163,7 +184,7 @@ impl Algorithm {
         let negatives = data.indices_of(Label::Negative);
         let held: Vec<usize> = (0..data.len()).filter(|&i| held_out[i]).collect();
         let mut train = data.select(&without(data.len(), &held));
-        match method_for(spec, data) {
+        match spec.method_for(data) {
             ThresholdMethod::Umbrella => {
                 if negatives.is_empty() {
                     return Err(CalibrateError::Needs("umbrella", "negatives (label -1)"));
@@ -219,63 +240,30 @@ impl Algorithm {
                         "an algorithm trained on negatives (--algo tfpl)",
                     ));
                 };
-                self.oob_fit(params, spec, &train, cancel)
+                // Every round starts from `previous`: the rounds resample the same ids, so a
+                // fit of the same problem is a close starting point for each of them.
+                let warm = match previous {
+                    Some(Fit::Tfpl(m)) => Some(m),
+                    _ => None,
+                };
+                let (fits, result) = oob_calibrate(
+                    spec,
+                    &train,
+                    |in_bag| {
+                        params
+                            .fit_with(warm, in_bag, cancel)
+                            .map_err(CalibrateError::from)
+                    },
+                    |fit, rows| {
+                        let mut scores = vec![0.0; rows.n_rows()];
+                        fit.expansion.decision_batch(rows, &mut scores);
+                        scores
+                    },
+                )?;
+                Ok((Fit::Tfpl(average(fits)), result))
             }
         }
     }
-
-    fn oob_fit(
-        &self,
-        params: &TfplValidParams,
-        spec: &ThresholdSpec,
-        data: &Dataset,
-        cancel: &AtomicBool,
-    ) -> Result<(Fit, ThresholdResult), CalibrateError> {
-        let positives = data.indices_of(Label::Positive);
-        let negatives = data.indices_of(Label::Negative);
-        if negatives.is_empty() {
-            return Err(CalibrateError::Needs("oob", "negatives (label -1)"));
-        }
-        let mut per_round = Vec::with_capacity(spec.rounds);
-        let mut fits = Vec::with_capacity(spec.rounds);
-        for (in_bag, out_of_bag) in bootstrap_rounds(&positives, &negatives, spec.rounds, spec.seed)
-        {
-            let fit = params.fit(&data.select(&in_bag), cancel)?;
-            let oob_rows = data.select(&out_of_bag);
-            let mut scores = vec![0.0; oob_rows.len()];
-            fit.expansion.decision_batch(&oob_rows.rows, &mut scores);
-            let (mut pos, mut neg) = (Vec::new(), Vec::new());
-            for (s, l) in scores.iter().zip(&oob_rows.labels) {
-                if *l == Label::Positive {
-                    pos.push(*s);
-                } else {
-                    neg.push(*s);
-                }
-            }
-            per_round.push((pos, neg));
-            fits.push(fit);
-        }
-        let result = oob(&per_round, spec.oob_rule, spec.tau)?;
-        Ok((Fit::Tfpl(average(fits)), result))
-    }
-}
-
-/// The mean of the round scorers: their expansions stacked, each coefficient divided by the
-/// number of rounds (for the linear kernel this is the mean weight vector). The report and dual
-/// state are those of the last round.
-fn average(fits: Vec<TfplModel>) -> TfplModel {
-    let rounds = fits.len() as f64;
-    let kernel = fits[0].expansion.kernel;
-    let mut coef = Vec::new();
-    let mut row_sets = Vec::new();
-    for f in &fits {
-        coef.extend(f.expansion.coef.iter().map(|c| c / rounds));
-        row_sets.push(&f.expansion.support);
-    }
-    let support = Rows::concat(&row_sets);
-    let mut last = fits.into_iter().last().expect("at least one round");
-    last.expansion = KernelExpansion::new(kernel, support, coef, 0.0);
-    last
 }
 
 /// The USMO training scaler: fitted on the positives and unlabeled rows (the rows USMO trains
@@ -304,14 +292,86 @@ pub fn tfpl_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
     }
 }
 
-/// The method `spec` asks for; by default `umbrella` when the data has negatives, else
-/// `pu-umbrella`.
-fn method_for(spec: &ThresholdSpec, data: &Dataset) -> ThresholdMethod {
-    spec.method.unwrap_or(if data.count(Label::Negative) == 0 {
-        ThresholdMethod::PuUmbrella
-    } else {
-        ThresholdMethod::Umbrella
-    })
+impl ThresholdSpec {
+    /// The method used on `data`: the explicit one, else umbrella when the data has negatives,
+    /// else pu-umbrella.
+    pub fn method_for(&self, data: &Dataset) -> ThresholdMethod {
+        self.method.unwrap_or(if data.count(Label::Negative) == 0 {
+            ThresholdMethod::PuUmbrella
+        } else {
+            ThresholdMethod::Umbrella
+        })
+    }
+}
+
+/// Row indices: (training rows, calibration positives, calibration unlabeled rows).
+type PuSplit = (Vec<usize>, Vec<usize>, Vec<usize>);
+
+/// The rows of pu-umbrella's split.
+fn pu_split(spec: &ThresholdSpec, data: &Dataset) -> Result<PuSplit, CalibrateError> {
+    let positives = data.indices_of(Label::Positive);
+    let unlabeled = data.indices_of(Label::Unlabeled);
+    let (_, cal_p) = calibration_split(&positives, spec.calibration_fraction, spec.seed)?;
+    let (_, cal_u) = calibration_split(&unlabeled, spec.calibration_fraction, spec.seed ^ 1)?;
+    let mut held: Vec<usize> = cal_p.iter().chain(&cal_u).copied().collect();
+    held.sort_unstable();
+    Ok((without(data.len(), &held), cal_p, cal_u))
+}
+
+/// Out-of-bootstrap calibration (note §3.2) for any scorer: for each of `spec.rounds`
+/// stratified bootstrap rounds over `data`'s positives and negatives, `train` fits a scorer on
+/// the in-bag rows and `score` scores the out-of-bag rows; the threshold is [`oob`] of those
+/// scores with `spec.oob_rule`. Returns the round scorers (the final scorer is their mean, so
+/// that mean_r(f_r(x) − b_r) = f̄(x) − b̄) and the threshold. Shared by τ-FPL and the
+/// evaluation's linear-SVM baseline so both are thresholded by the same procedure.
+pub fn oob_calibrate<S, E: From<CalibrateError>>(
+    spec: &ThresholdSpec,
+    data: &Dataset,
+    mut train: impl FnMut(&Dataset) -> Result<S, E>,
+    score: impl Fn(&S, &Rows) -> Vec<f64>,
+) -> Result<(Vec<S>, ThresholdResult), E> {
+    let positives = data.indices_of(Label::Positive);
+    let negatives = data.indices_of(Label::Negative);
+    if negatives.is_empty() {
+        return Err(CalibrateError::Needs("oob", "negatives (label -1)").into());
+    }
+    let mut per_round = Vec::with_capacity(spec.rounds);
+    let mut fits = Vec::with_capacity(spec.rounds);
+    for (in_bag, out_of_bag) in bootstrap_rounds(&positives, &negatives, spec.rounds, spec.seed) {
+        let fit = train(&data.select(&in_bag))?;
+        let oob_rows = data.select(&out_of_bag);
+        let scores = score(&fit, &oob_rows.rows);
+        let (mut pos, mut neg) = (Vec::new(), Vec::new());
+        for (s, l) in scores.iter().zip(&oob_rows.labels) {
+            if *l == Label::Positive {
+                pos.push(*s);
+            } else {
+                neg.push(*s);
+            }
+        }
+        per_round.push((pos, neg));
+        fits.push(fit);
+    }
+    let result = oob(&per_round, spec.oob_rule, spec.tau).map_err(CalibrateError::from)?;
+    Ok((fits, result))
+}
+
+/// The mean of the round scorers: their expansions stacked, each coefficient divided by the
+/// number of rounds (for the linear kernel this is the mean weight vector). The report and dual
+/// state are those of the last round.
+fn average(fits: Vec<TfplModel>) -> TfplModel {
+    let rounds = fits.len() as f64;
+    let kernel = fits[0].expansion.kernel;
+    let mut coef = Vec::new();
+    let mut row_sets = Vec::new();
+    for f in &fits {
+        coef.extend(f.expansion.coef.iter().map(|c| c / rounds));
+        row_sets.push(&f.expansion.support);
+    }
+    let support = Rows::concat(&row_sets);
+    let mut last = fits.into_iter().last().expect("at least one round");
+    last.expansion = KernelExpansion::new(kernel, support, coef, 0.0);
+    last
 }
 
 /// 0..len without the sorted `removed` indices.

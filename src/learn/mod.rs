@@ -8,6 +8,7 @@ pub mod model;
 pub mod projection;
 pub mod tfpl;
 pub mod threshold;
+pub mod tune;
 pub mod usmo;
 
 use crate::data::Rows;
