@@ -30,7 +30,7 @@ pub const EVENT_OUTCOMES: [&str; 7] = [
 pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
 
 /// Every metric family name, for the README check and the promtool test.
-pub const FAMILIES: [&str; 26] = [
+pub const FAMILIES: [&str; 34] = [
     "neyman_events_total",
     "neyman_dlq_events_total",
     "neyman_window_events",
@@ -57,7 +57,19 @@ pub const FAMILIES: [&str; 26] = [
     "neyman_http_requests_total",
     "neyman_unscored_buffer_events",
     "neyman_model_rollbacks_total",
+    "neyman_kafka_consumer_lag_messages",
+    "neyman_kafka_rebalances_total",
+    "neyman_kafka_commits_total",
+    "neyman_kafka_commit_failures_total",
+    "neyman_kafka_produce_errors_total",
+    "neyman_kafka_in_flight_messages",
+    "neyman_kafka_paused_partitions",
+    "neyman_kafka_model_publish_failures_total",
 ];
+/// Rebalance callbacks by kind.
+pub const REBALANCE_KINDS: [&str; 3] = ["assign", "revoke", "error"];
+/// Why a model was not published to the `models` topic.
+pub const MODEL_PUBLISH_FAILURES: [&str; 3] = ["oversize", "encode", "delivery"];
 
 /// The daemon's metric handles.
 #[derive(Debug, Clone)]
@@ -115,6 +127,24 @@ pub struct Metrics {
     pub unscored_buffer: IntGauge,
     /// Rollbacks through the admin API.
     pub rollbacks: IntCounter,
+    /// Consumer lag per assigned input partition (librdkafka statistics: high watermark minus
+    /// the committed offset). Absent with a replay source.
+    pub kafka_consumer_lag: IntGaugeVec,
+    /// Consumer-group rebalance callbacks by kind (assign, revoke, error).
+    pub kafka_rebalances: IntCounterVec,
+    /// Offset commits that succeeded.
+    pub kafka_commits: IntCounter,
+    /// Offset commits the broker or client refused (retried at the next commit).
+    pub kafka_commit_failures: IntCounter,
+    /// Produce attempts that failed for good (after librdkafka's retries), by topic; the
+    /// message is sent again and its input offset is not committed meanwhile.
+    pub kafka_produce_errors: IntCounterVec,
+    /// Scores and dead letters sent and not yet acknowledged by the broker.
+    pub kafka_in_flight: IntGauge,
+    /// Input partitions paused by backpressure (too many unacknowledged outputs).
+    pub kafka_paused_partitions: IntGauge,
+    /// Accepted models that could not be published to the `models` topic, by reason.
+    pub kafka_model_publish_failures: IntCounterVec,
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(
@@ -123,6 +153,21 @@ fn register<T: prometheus::core::Collector + Clone + 'static>(
 ) -> Result<T, prometheus::Error> {
     registry.register(Box::new(metric.clone()))?;
     Ok(metric)
+}
+
+/// A counter with one label whose known values start at zero.
+fn labelled_counter(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &[&str],
+) -> Result<IntCounterVec, prometheus::Error> {
+    let counter = register(registry, IntCounterVec::new(Opts::new(name, help), &[label])?)?;
+    for v in values {
+        counter.with_label_values(&[v]);
+    }
+    Ok(counter)
 }
 
 impl Metrics {
@@ -349,6 +394,68 @@ impl Metrics {
                     "Rollbacks to the previous model through the admin API.",
                 )?,
             )?,
+            kafka_consumer_lag: register(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "neyman_kafka_consumer_lag_messages",
+                        "Consumer lag per assigned input partition (high watermark minus committed offset).",
+                    ),
+                    &["topic", "partition"],
+                )?,
+            )?,
+            kafka_rebalances: labelled_counter(
+                r,
+                "neyman_kafka_rebalances_total",
+                "Consumer-group rebalance callbacks by kind.",
+                "kind",
+                &REBALANCE_KINDS,
+            )?,
+            kafka_commits: register(
+                r,
+                IntCounter::new(
+                    "neyman_kafka_commits_total",
+                    "Offset commits that succeeded.",
+                )?,
+            )?,
+            kafka_commit_failures: register(
+                r,
+                IntCounter::new(
+                    "neyman_kafka_commit_failures_total",
+                    "Offset commits that failed (retried at the next commit).",
+                )?,
+            )?,
+            kafka_produce_errors: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "neyman_kafka_produce_errors_total",
+                        "Produce attempts that failed after the client's retries, by topic.",
+                    ),
+                    &["topic"],
+                )?,
+            )?,
+            kafka_in_flight: register(
+                r,
+                IntGauge::new(
+                    "neyman_kafka_in_flight_messages",
+                    "Scores and dead letters sent and not yet acknowledged by the broker.",
+                )?,
+            )?,
+            kafka_paused_partitions: register(
+                r,
+                IntGauge::new(
+                    "neyman_kafka_paused_partitions",
+                    "Input partitions paused by backpressure.",
+                )?,
+            )?,
+            kafka_model_publish_failures: labelled_counter(
+                r,
+                "neyman_kafka_model_publish_failures_total",
+                "Accepted models not published to the models topic, by reason.",
+                "reason",
+                &MODEL_PUBLISH_FAILURES,
+            )?,
         })
     }
 }
@@ -401,6 +508,12 @@ mod tests {
         m.retrain_rejections.with_label_values(&["fpr_bound"]).inc();
         m.http_requests
             .with_label_values(&["/v1/score", "200"])
+            .inc();
+        m.kafka_consumer_lag
+            .with_label_values(&["neyman.unlabeled", "0"])
+            .set(5);
+        m.kafka_produce_errors
+            .with_label_values(&["neyman.scores"])
             .inc();
         let text = encode(&registry).expect("encode");
         for family in FAMILIES {
