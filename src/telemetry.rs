@@ -17,8 +17,9 @@ use crate::learn::threshold::ThresholdResult;
 /// The channels an event can arrive on.
 pub const CHANNELS: [&str; 3] = ["positive", "unlabeled", "negative"];
 /// What happened to an arriving event.
-pub const EVENT_OUTCOMES: [&str; 7] = [
+pub const EVENT_OUTCOMES: [&str; 8] = [
     "windowed",
+    "restored",
     "duplicate",
     "expired",
     "scored",

@@ -23,6 +23,7 @@ use super::args::{ReplayArgs, RunArgs};
 use super::CliError;
 use crate::config::{admin_token, parse_speed, LoadedConfig, SourceKind};
 use crate::engine::daemon::{Engine, EngineParts};
+use crate::engine::outputs::FileOutputs;
 use crate::engine::registry::Registry;
 use crate::engine::store::ModelStore;
 use crate::serve::{bind, serve, AppState, HttpLimits};
@@ -164,8 +165,7 @@ fn daemon(
             metrics,
             registry,
             store,
-            scores,
-            dlq,
+            outputs: Box::new(FileOutputs::new(scores, dlq)),
             cancel: Arc::clone(&cancel),
         },
         !no_resume,

@@ -22,14 +22,15 @@
 //!   training time; it is skipped (and says so in the log) when they hold no positive, or
 //!   neither a negative nor a prior to estimate the FPR from.
 
-use std::collections::{BTreeSet, VecDeque};
-use std::io::Write;
-use std::sync::atomic::AtomicBool;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::codec::fnv1a64;
 use crate::config::{AlgorithmName, Config, KernelName, OobRuleName, ScaleName, ThresholdName};
 use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
 use crate::engine::scoring::{score_batch, ScoreOutput};
 use crate::engine::store::{ModelMeta, ModelStore, StoreError, StoredModel};
@@ -44,7 +45,7 @@ use crate::learn::tfpl::TfplParams;
 use crate::learn::threshold::{binomial_upper_tail, OobRule, ThresholdMethod, ThresholdResult};
 use crate::learn::usmo::UsmoParams;
 use crate::learn::Scorer;
-use crate::stream::dlq::{DlqError, DlqRecord, DlqWriter};
+use crate::stream::dlq::DlqRecord;
 use crate::stream::event::{parse_event, Event, EventLimits, RejectReason, Rejection};
 use crate::stream::record::Record;
 use crate::stream::Channel;
@@ -58,9 +59,7 @@ pub enum EngineError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Dlq(#[from] DlqError),
-    #[error("score sink: {0}")]
-    Sink(std::io::Error),
+    Output(#[from] OutputError),
     #[error("configuration: {0}")]
     Config(String),
 }
@@ -110,9 +109,8 @@ pub struct EngineParts {
     /// Shared with the HTTP API, which scores with the same active model.
     pub registry: Arc<Registry>,
     pub store: ModelStore,
-    /// The score sink (a file, or stdout).
-    pub scores: Box<dyn Write + Send>,
-    pub dlq: DlqWriter,
+    /// Where scores and dead letters go.
+    pub outputs: Box<dyn Outputs>,
     /// Set on shutdown: an in-flight retrain stops and is counted as cancelled.
     pub cancel: Arc<AtomicBool>,
 }
@@ -126,16 +124,21 @@ pub struct Engine {
     windows: [Window; 3],
     limits: EventLimits,
     dim: Option<usize>,
-    pending: Vec<Event>,
+    pending: Vec<(Event, Option<Origin>)>,
     new_window_events: u64,
     last_retrain_ts: Option<i64>,
     newest_ts: Option<i64>,
     learner: Option<Learner>,
     feedback: VecDeque<bool>,
     recent_flags: VecDeque<bool>,
-    scores: Box<dyn Write + Send>,
-    dlq: DlqWriter,
+    outputs: Box<dyn Outputs>,
     cancel: Arc<AtomicBool>,
+    /// Inline: a due retrain runs inside [`Engine::handle`] (replay). Deferred: the caller
+    /// takes it with [`Engine::due_retrain`] and runs it on another thread (Kafka), so the
+    /// poll loop never waits for training.
+    inline_retrain: bool,
+    /// A deferred retrain is running; no second one starts meanwhile.
+    training: bool,
 }
 
 fn channel_index(c: Channel) -> usize {
@@ -164,8 +167,7 @@ impl Engine {
             metrics,
             registry,
             store,
-            scores,
-            dlq,
+            outputs,
             cancel,
         } = parts;
         let w = &config.windows;
@@ -193,9 +195,10 @@ impl Engine {
             learner: None,
             feedback: VecDeque::new(),
             recent_flags: VecDeque::new(),
-            scores,
-            dlq,
+            outputs,
             cancel,
+            inline_retrain: true,
+            training: false,
         };
         if resume {
             engine.resume()?;
@@ -250,13 +253,15 @@ impl Engine {
         self.dim
     }
 
-    /// Handles one message; a due retrain runs to completion before this returns.
-    pub fn handle(&mut self, record: &Record) -> Result<(), EngineError> {
-        let channel = record.channel;
-        let event = match parse_event(&record.payload, self.dim, &self.limits) {
-            Ok(e) => e,
-            Err(rejection) => return self.reject(record, rejection),
-        };
+    /// Runs due retrains on the caller's thread ([`Engine::due_retrain`]) instead of inside
+    /// [`Engine::handle`].
+    pub fn defer_retrains(&mut self) {
+        self.inline_retrain = false;
+    }
+
+    /// Parses a message and locks the dimension on the first valid one.
+    fn parse(&mut self, record: &Record) -> Result<Event, Rejection> {
+        let event = parse_event(&record.payload, self.dim, &self.limits)?;
         if self.dim.is_none() {
             self.dim = Some(event.x.dim());
             tracing::info!(
@@ -265,20 +270,28 @@ impl Engine {
             );
         }
         self.newest_ts = Some(self.newest_ts.map_or(event.ts, |t| t.max(event.ts)));
+        Ok(event)
+    }
+
+    /// Handles one message. With inline retrains, a due retrain runs to completion before
+    /// this returns.
+    pub fn handle(&mut self, record: &Record) -> Result<(), EngineError> {
+        let channel = record.channel;
+        let event = match self.parse(record) {
+            Ok(e) => e,
+            Err(rejection) => return self.reject(record, rejection),
+        };
+        let origin = record.partition.zip(record.offset).map(|(partition, offset)| Origin {
+            channel,
+            partition,
+            offset,
+        });
         match channel {
-            Channel::Unlabeled => self.score_unlabeled(&event)?,
+            Channel::Unlabeled => self.score_unlabeled(&event, origin)?,
             Channel::Negative => self.observe_feedback(&event),
             Channel::Positive => {}
         }
-        let entry = Entry {
-            id: event.id.clone(),
-            ts: event.ts,
-            x: event.x,
-            source: record
-                .partition
-                .zip(record.offset)
-                .map(|(partition, offset)| crate::engine::window::SourcePos { partition, offset }),
-        };
+        let entry = entry_of(event, record);
         let window = &mut self.windows[channel_index(channel)];
         let outcome = match window.insert(entry) {
             InsertOutcome::Added { .. } => {
@@ -300,10 +313,54 @@ impl Engine {
             .with_label_values(&[channel.as_str(), outcome])
             .inc();
         self.publish_windows();
-        if self.retrain_due() {
+        if self.inline_retrain && self.retrain_due() {
             self.retrain();
         }
         Ok(())
+    }
+
+    /// Rebuilds the windows from a message whose outputs were already delivered before a
+    /// restart (Kafka re-reads from the windows' low watermark): the event joins its window
+    /// if it is valid, and nothing is scored, dead-lettered or counted as new for the retrain
+    /// schedule. Counted as outcome `restored`.
+    pub fn restore(&mut self, record: &Record) {
+        let Ok(event) = self.parse(record) else {
+            return;
+        };
+        let channel = record.channel;
+        let entry = entry_of(event, record);
+        if let InsertOutcome::Added { .. } = self.windows[channel_index(channel)].insert(entry) {
+            self.metrics
+                .events
+                .with_label_values(&[channel.as_str(), "restored"])
+                .inc();
+        }
+        self.publish_windows();
+    }
+
+    /// Per partition of `channel`'s topic, the smallest offset the engine still needs: the
+    /// oldest event in the channel's window and, for unlabeled events waiting for a first
+    /// model, the oldest of those. A consumer may commit up to it.
+    pub fn low_watermarks(&self, channel: Channel) -> BTreeMap<i32, i64> {
+        let mut low = self.windows[channel_index(channel)].oldest_offset_per_partition();
+        for (partition, offset) in self.owed_outputs(channel) {
+            let e = low.entry(partition).or_insert(offset);
+            *e = (*e).min(offset);
+        }
+        low
+    }
+
+    /// Per partition of `channel`'s topic, the oldest offset whose output is still owed
+    /// (unlabeled events waiting for a first model).
+    pub fn owed_outputs(&self, channel: Channel) -> BTreeMap<i32, i64> {
+        let mut low = BTreeMap::new();
+        for (_, origin) in &self.pending {
+            if let Some(o) = origin.filter(|o| o.channel == channel) {
+                let e = low.entry(o.partition).or_insert(o.offset);
+                *e = (*e).min(o.offset);
+            }
+        }
+        low
     }
 
     fn reject(&mut self, record: &Record, rejection: Rejection) -> Result<(), EngineError> {
@@ -314,24 +371,25 @@ impl Engine {
             .events
             .with_label_values(&[record.channel.as_str(), "rejected"])
             .inc();
-        self.dlq.write(&DlqRecord::new(record.clone(), rejection))?;
+        self.outputs
+            .dead_letter(&DlqRecord::new(record.clone(), rejection))?;
         Ok(())
     }
 
-    fn emit(&mut self, outputs: &[ScoreOutput]) -> Result<(), EngineError> {
+    fn emit(&mut self, outputs: &[ScoreOutput], origin: Option<Origin>) -> Result<(), EngineError> {
         for o in outputs {
-            writeln!(self.scores, "{}", o.to_json_line()).map_err(EngineError::Sink)?;
+            self.outputs.score(o, origin)?;
         }
         Ok(())
     }
 
-    fn score_unlabeled(&mut self, event: &Event) -> Result<(), EngineError> {
+    fn score_unlabeled(&mut self, event: &Event, origin: Option<Origin>) -> Result<(), EngineError> {
         let Some(model) = self.registry.active() else {
             let outcome = if self.pending.len() < self.config.scoring.buffer_before_model {
-                self.pending.push(event.clone());
+                self.pending.push((event.clone(), origin));
                 "buffered"
             } else {
-                self.emit(&[ScoreOutput::unscored(event)])?;
+                self.emit(&[ScoreOutput::unscored(event)], origin)?;
                 "unscored"
             };
             self.metrics
@@ -357,14 +415,14 @@ impl Engine {
                 self.metrics
                     .model_age
                     .set((event.ts - model.meta.trained_at_ms) as f64 / 1000.0);
-                self.emit(&out)?;
+                self.emit(&out, origin)?;
                 self.publish_rates(&model);
             }
             // The dimension is locked to the model's, so this is unreachable in practice;
             // still, an event is never dropped silently.
             Err(e) => {
                 tracing::warn!(id = %event.id, error = %e, "scoring failed");
-                self.emit(&[ScoreOutput::unscored(event)])?;
+                self.emit(&[ScoreOutput::unscored(event)], origin)?;
                 self.metrics
                     .events
                     .with_label_values(&["unlabeled", "unscored"])
@@ -443,17 +501,63 @@ impl Engine {
         by_count || by_time
     }
 
-    /// Trains on the window snapshot, gates, and swaps; counts and logs the outcome.
+    /// Trains on the window snapshot, gates, and swaps, on this thread; counts and logs the
+    /// outcome.
     pub fn retrain(&mut self) -> RetrainOutcome {
+        let started = Instant::now();
         self.new_window_events = 0;
         self.last_retrain_ts = self.newest_ts;
-        let started = std::time::Instant::now();
-        let outcome = self.train_and_gate();
+        let outcome = match self.prepare_retrain(started) {
+            Ok(job) => self.finish_retrain(job.run()),
+            Err(outcome) => outcome,
+        };
+        self.count_retrain(&outcome, started);
+        outcome
+    }
+
+    /// With deferred retrains: the due retrain, if one is due and none is running. Run it
+    /// anywhere ([`RetrainJob::run`]) and hand the result to [`Engine::complete_retrain`];
+    /// meanwhile events keep being scored by the active model. A retrain that cannot start
+    /// (no dimension yet, an invalid configuration) is counted as failed here.
+    pub fn due_retrain(&mut self) -> Option<RetrainJob> {
+        if self.training || !self.retrain_due() {
+            return None;
+        }
+        let started = Instant::now();
+        self.new_window_events = 0;
+        self.last_retrain_ts = self.newest_ts;
+        match self.prepare_retrain(started) {
+            Ok(job) => {
+                self.training = true;
+                Some(job)
+            }
+            Err(outcome) => {
+                self.count_retrain(&outcome, started);
+                None
+            }
+        }
+    }
+
+    /// Gates and installs the result of a deferred retrain; counts and logs the outcome.
+    pub fn complete_retrain(&mut self, trained: TrainedRetrain) -> RetrainOutcome {
+        self.training = false;
+        let started = trained.job.started;
+        let outcome = self.finish_retrain(trained);
+        self.count_retrain(&outcome, started);
+        outcome
+    }
+
+    /// Whether a deferred retrain is running.
+    pub fn is_training(&self) -> bool {
+        self.training
+    }
+
+    fn count_retrain(&self, outcome: &RetrainOutcome, started: Instant) {
         let algorithm = match self.config.model.algorithm {
             AlgorithmName::Usmo => "usmo",
             AlgorithmName::Tfpl => "tfpl",
         };
-        let result = match &outcome {
+        let result = match outcome {
             RetrainOutcome::Swapped { version } => {
                 tracing::info!(version, "retrained model swapped in");
                 "swapped"
@@ -485,19 +589,20 @@ impl Engine {
                 .observe(started.elapsed().as_secs_f64());
         }
         self.metrics.retrains.with_label_values(&[result]).inc();
-        outcome
     }
 
-    fn train_and_gate(&mut self) -> RetrainOutcome {
+    /// Everything a retrain needs, copied out of the windows: the snapshot (scaled by the
+    /// kept scaler, fitted here on the first one), the checked solver, the threshold spec and
+    /// the warm start.
+    fn prepare_retrain(&mut self, started: Instant) -> Result<RetrainJob, RetrainOutcome> {
         let Some(n_features) = self.dim else {
-            return RetrainOutcome::Failed {
+            return Err(RetrainOutcome::Failed {
                 detail: "no valid event has fixed the feature dimension yet".into(),
-            };
+            });
         };
-        let snapshot = match self.training_snapshot(n_features) {
-            Ok(s) => s,
-            Err(detail) => return RetrainOutcome::Failed { detail },
-        };
+        let snapshot = self
+            .training_snapshot(n_features)
+            .map_err(|detail| RetrainOutcome::Failed { detail })?;
         let with_negatives = snapshot.data.count(Label::Negative) > 0;
         let mode = if with_negatives {
             "positive_negative"
@@ -522,19 +627,25 @@ impl Engine {
             labels: snapshot.data.labels.clone(),
             ids: snapshot.data.ids.clone(),
         };
-        let algorithm = match algorithm_of(cfg, n_features) {
-            Ok(a) => a,
-            Err(detail) => return RetrainOutcome::Failed { detail },
-        };
-        let spec = threshold_spec(cfg, with_negatives);
-        let fitted = algorithm.fit_with_held_out(
-            learner.previous.as_ref(),
-            &spec,
-            &scaled,
-            &snapshot.held_out,
-            &self.cancel,
-        );
-        if self.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+        let algorithm =
+            algorithm_of(cfg, n_features).map_err(|detail| RetrainOutcome::Failed { detail })?;
+        Ok(RetrainJob {
+            started,
+            n_features,
+            spec: threshold_spec(cfg, with_negatives),
+            snapshot,
+            scaled,
+            scaler: learner.scaler.clone(),
+            algorithm,
+            previous: learner.previous.clone(),
+            cancel: Arc::clone(&self.cancel),
+        })
+    }
+
+    /// The gate, the save and the swap of a trained job.
+    fn finish_retrain(&mut self, trained: TrainedRetrain) -> RetrainOutcome {
+        let TrainedRetrain { job, fitted } = trained;
+        if self.cancel.load(Ordering::Relaxed) {
             return RetrainOutcome::Cancelled;
         }
         let (fit, threshold) = match fitted {
@@ -562,21 +673,23 @@ impl Engine {
         let finite = fit.expansion().coef.iter().all(|c| c.is_finite())
             && fit.expansion().bias.is_finite()
             && threshold.threshold.is_finite();
-        if finite {
-            learner.previous = Some(fit.clone());
-        } else {
+        if !finite {
             return RetrainOutcome::Rejected {
                 reason: GateReason::NonFinite,
                 detail: "the solution has non-finite coefficients or threshold".into(),
             };
         }
+        if let Some(learner) = self.learner.as_mut() {
+            learner.previous = Some(fit.clone());
+        }
         let model = model_of(
-            cfg,
-            learner.scaler.clone(),
+            &self.config.model,
+            job.scaler,
             fit,
-            Fingerprint::of(&scaled),
+            Fingerprint::of(&job.scaled),
             threshold,
         );
+        let snapshot = job.snapshot;
         if let Some(rejection) = self.gate(&model, &snapshot) {
             return rejection;
         }
@@ -588,6 +701,7 @@ impl Engine {
                 }
             }
         };
+        let n_features = job.n_features;
         let stored = StoredModel {
             meta: ModelMeta {
                 version,
@@ -617,8 +731,8 @@ impl Engine {
     fn flush_pending(&mut self) -> Result<(), EngineError> {
         let pending = std::mem::take(&mut self.pending);
         self.metrics.unscored_buffer.set(0);
-        for event in &pending {
-            self.score_unlabeled(event)?;
+        for (event, origin) in &pending {
+            self.score_unlabeled(event, *origin)?;
         }
         Ok(())
     }
@@ -746,8 +860,8 @@ impl Engine {
     /// (never dropped), then the sinks are flushed.
     pub fn finish(&mut self) -> Result<(), EngineError> {
         let pending = std::mem::take(&mut self.pending);
-        for event in &pending {
-            self.emit(&[ScoreOutput::unscored(event)])?;
+        for (event, origin) in &pending {
+            self.emit(&[ScoreOutput::unscored(event)], *origin)?;
             self.metrics
                 .events
                 .with_label_values(&["unlabeled", "unscored"])
@@ -758,9 +872,42 @@ impl Engine {
     }
 
     pub fn flush(&mut self) -> Result<(), EngineError> {
-        self.scores.flush().map_err(EngineError::Sink)?;
-        self.dlq.flush()?;
-        Ok(())
+        Ok(self.outputs.flush()?)
+    }
+}
+
+/// A retrain copied out of the engine ([`Engine::due_retrain`]); [`RetrainJob::run`] is the
+/// solve and the threshold, pure computation that may run on any thread.
+pub struct RetrainJob {
+    started: Instant,
+    n_features: usize,
+    snapshot: TrainingSnapshot,
+    scaled: Dataset,
+    scaler: Scaler,
+    algorithm: Algorithm,
+    spec: ThresholdSpec,
+    previous: Option<Fit>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// A solved [`RetrainJob`], for [`Engine::complete_retrain`].
+pub struct TrainedRetrain {
+    job: RetrainJob,
+    fitted: Result<(Fit, ThresholdResult), CalibrateError>,
+}
+
+impl RetrainJob {
+    /// Trains (warm-started from the previous solution) and calibrates the threshold on the
+    /// held-out events. Stops early when the engine's cancel flag is set.
+    pub fn run(self) -> TrainedRetrain {
+        let fitted = self.algorithm.fit_with_held_out(
+            self.previous.as_ref(),
+            &self.spec,
+            &self.scaled,
+            &self.snapshot.held_out,
+            &self.cancel,
+        );
+        TrainedRetrain { job: self, fitted }
     }
 }
 
@@ -770,6 +917,18 @@ struct TrainingSnapshot {
     held_out: Vec<bool>,
     newest_ts: i64,
     sizes: [usize; 3],
+}
+
+fn entry_of(event: Event, record: &Record) -> Entry {
+    Entry {
+        id: event.id,
+        ts: event.ts,
+        x: event.x,
+        source: record
+            .partition
+            .zip(record.offset)
+            .map(|(partition, offset)| crate::engine::window::SourcePos { partition, offset }),
+    }
 }
 
 fn push_rolling(q: &mut VecDeque<bool>, v: bool) {
@@ -890,6 +1049,8 @@ fn fit_of(model: &Model) -> Fit {
 mod tests {
     use super::*;
     use crate::config::LoadedConfig;
+    use crate::engine::outputs::FileOutputs;
+    use crate::stream::dlq::DlqWriter;
     use crate::stream::record::RecordReader;
 
     const STREAM: &str = concat!(
@@ -915,8 +1076,7 @@ mod tests {
                 metrics,
                 registry: Arc::clone(&registry),
                 store,
-                scores: Box::new(std::io::sink()),
-                dlq,
+                outputs: Box::new(FileOutputs::new(Box::new(std::io::sink()), dlq)),
                 cancel: Arc::new(AtomicBool::new(false)),
             },
             false,

@@ -15,6 +15,7 @@
 //! [`crate::data`] and [`crate::learn`], never the other way round.
 
 pub mod daemon;
+pub mod outputs;
 pub mod registry;
 pub mod scoring;
 pub mod store;
