@@ -612,6 +612,16 @@ pub struct KafkaConfig {
     /// Replication factor of a topic neyman creates.
     #[serde(default = "default_replication_factor")]
     pub replication_factor: i32,
+    /// How often the daemon commits its input offsets (at least 50). Each commit is the
+    /// at-least-once point: per partition, the oldest offset whose output is not yet
+    /// acknowledged or whose event is still in a window. A final commit runs at shutdown.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u32,
+    /// Scores and dead letters sent but not yet acknowledged, above which the daemon pauses
+    /// its input partitions (resumed below half of it): memory stays bounded when the broker
+    /// is slow or down.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
     /// Other librdkafka properties, passed through as written (e.g. `"fetch.queue.backoff.ms"
     /// = "10"`). Keys the fields above own are refused, so a value is never set twice.
     #[serde(default)]
@@ -758,6 +768,12 @@ fn default_session_timeout_ms() -> u32 {
 fn default_heartbeat_interval_ms() -> u32 {
     2000
 }
+fn default_commit_interval_ms() -> u32 {
+    1000
+}
+fn default_max_in_flight() -> usize {
+    20_000
+}
 fn default_partitions() -> i32 {
     1
 }
@@ -800,6 +816,8 @@ impl KafkaConfig {
             ssl_key_location: None,
             partitions: default_partitions(),
             replication_factor: default_replication_factor(),
+            commit_interval_ms: default_commit_interval_ms(),
+            max_in_flight: default_max_in_flight(),
             librdkafka: BTreeMap::new(),
         }
     }
@@ -943,6 +961,15 @@ impl KafkaConfig {
                 "replication_factor",
                 format!("must be ≥ 1, got {}", self.replication_factor),
             );
+        }
+        if self.commit_interval_ms < 50 {
+            return bad(
+                "commit_interval_ms",
+                format!("must be ≥ 50, got {}", self.commit_interval_ms),
+            );
+        }
+        if self.max_in_flight == 0 {
+            return bad("max_in_flight", "must be ≥ 1".into());
         }
         for key in self.librdkafka.keys() {
             if KAFKA_OWNED_PROPERTIES.contains(&key.as_str()) {

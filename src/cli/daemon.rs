@@ -39,11 +39,7 @@ pub fn load_config(path: &Path) -> Result<LoadedConfig, CliError> {
 
 pub fn run(args: &RunArgs, loaded: LoadedConfig) -> Result<(), CliError> {
     if loaded.config.source.kind == SourceKind::Kafka {
-        return Err(CliError::Usage(
-            "source.kind = \"kafka\": the Kafka source is not implemented yet; use kind = \"replay\" \
-             or `neyman replay FILE` (and `neyman record` to capture the topics into a FILE)"
-                .into(),
-        ));
+        return kafka_daemon(loaded, args.no_resume, args.threads);
     }
     let source = loaded
         .config
@@ -77,7 +73,7 @@ pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
 }
 
 fn runtime_error(e: impl std::fmt::Display) -> CliError {
-    CliError::Training(e.to_string())
+    CliError::Daemon(e.to_string())
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -103,6 +99,132 @@ pub(super) async fn shutdown_signal() {
     }
 }
 
+/// What every daemon shares, whatever its source.
+struct Service {
+    prometheus: prometheus::Registry,
+    metrics: Metrics,
+    store: ModelStore,
+    registry: Arc<Registry>,
+    admin_token: Option<crate::config::Secret>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Service {
+    fn new(config: &crate::config::Config) -> Result<Service, CliError> {
+        let admin_token =
+            admin_token(&config.http).map_err(|e| CliError::Usage(e.to_string()))?;
+        let prometheus = prometheus::Registry::new();
+        let metrics = Metrics::new(&prometheus).map_err(runtime_error)?;
+        let store = ModelStore::open(&config.state.dir, config.state.keep_models)
+            .map_err(runtime_error)?;
+        Ok(Service {
+            prometheus,
+            metrics,
+            store,
+            registry: Arc::new(Registry::new(config.state.keep_models)),
+            admin_token,
+            cancel: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    fn engine(
+        &self,
+        config: crate::config::Config,
+        outputs: Box<dyn crate::engine::outputs::Outputs>,
+        resume: bool,
+    ) -> Result<Engine, CliError> {
+        Engine::new(
+            EngineParts {
+                config,
+                metrics: self.metrics.clone(),
+                registry: Arc::clone(&self.registry),
+                store: self.store.clone(),
+                outputs,
+                cancel: Arc::clone(&self.cancel),
+            },
+            resume,
+        )
+        .map_err(runtime_error)
+    }
+
+    fn app_state(self, http: &crate::config::HttpConfig, limits: EventLimits) -> AppState {
+        AppState {
+            registry: self.registry,
+            store: Some(self.store),
+            metrics: self.metrics,
+            prometheus: self.prometheus,
+            admin_token: self.admin_token,
+            limits: HttpLimits::new(http, limits),
+        }
+    }
+}
+
+fn event_limits(config: &crate::config::Config) -> EventLimits {
+    EventLimits {
+        max_bytes: config.scoring.max_event_bytes,
+        ..EventLimits::default()
+    }
+}
+
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()
+        .map_err(runtime_error)
+}
+
+/// Serves HTTP while `intake` runs on a blocking thread; SIGINT/SIGTERM set `stop` and
+/// `cancel`. After the intake ends, keeps serving until a signal if `keep_serving`, then stops
+/// the server, waiting at most `shutdown_timeout` for open requests.
+async fn serve_while<F>(
+    http: crate::config::HttpConfig,
+    state: AppState,
+    shutdown_timeout: Duration,
+    keep_serving: bool,
+    stop: Arc<AtomicBool>,
+    cancel: Arc<AtomicBool>,
+    intake: F,
+) -> Result<(), CliError>
+where
+    F: FnOnce() -> Result<(), CliError> + Send + 'static,
+{
+    let listener = bind(&http.listen).await.map_err(runtime_error)?;
+    let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+    let mut wait_stop = http_stopped.clone();
+    let server = tokio::spawn(serve(listener, state, async move {
+        let _ = wait_stop.wait_for(|&stopped| stopped).await;
+    }));
+    let signalled = Arc::new(AtomicBool::new(false));
+    let on_signal = {
+        let (stop, signalled) = (Arc::clone(&stop), Arc::clone(&signalled));
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutdown requested: stopping intake, cancelling any retrain");
+            signalled.store(true, Ordering::SeqCst);
+            stop.store(true, Ordering::SeqCst);
+            cancel.store(true, Ordering::SeqCst);
+        })
+    };
+    let intake = tokio::task::spawn_blocking(intake);
+    intake.await.map_err(runtime_error)??;
+    if keep_serving && !signalled.load(Ordering::SeqCst) {
+        tracing::info!("still serving HTTP; SIGINT or SIGTERM stops");
+        let _ = on_signal.await;
+    } else {
+        on_signal.abort();
+    }
+    let _ = stop_http.send(true);
+    match tokio::time::timeout(shutdown_timeout, server).await {
+        Ok(joined) => joined.map_err(runtime_error)?.map_err(runtime_error)?,
+        Err(_) => tracing::warn!(
+            seconds = shutdown_timeout.as_secs_f64(),
+            "HTTP requests still open at log.shutdown_timeout; exiting anyway"
+        ),
+    }
+    Ok(())
+}
+
 fn daemon(
     loaded: LoadedConfig,
     source: PathBuf,
@@ -118,11 +240,7 @@ fn daemon(
             "--speed {speed_text:?}: use max, realtime or xN (N > 0)"
         ))
     })?;
-    let admin_token = admin_token(&config.http).map_err(|e| CliError::Usage(e.to_string()))?;
-    let prometheus = prometheus::Registry::new();
-    let metrics = Metrics::new(&prometheus).map_err(runtime_error)?;
-    let store =
-        ModelStore::open(&config.state.dir, config.state.keep_models).map_err(runtime_error)?;
+    let service = Service::new(&config)?;
     let scores: Box<dyn Write + Send> = if config.output.scores.as_os_str() == "-" {
         Box::new(std::io::BufWriter::new(std::io::stdout()))
     } else {
@@ -142,86 +260,86 @@ fn daemon(
     }
     let dlq =
         DlqWriter::open(&config.output.dlq).map_err(|e| CliError::file(&config.output.dlq, e))?;
-    let registry = Arc::new(Registry::new(config.state.keep_models));
-    let cancel = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let http = config.http.clone();
     let shutdown_timeout = config.log.shutdown_timeout.0;
-    let event_limits = EventLimits {
-        max_bytes: config.scoring.max_event_bytes,
-        ..EventLimits::default()
-    };
-    let state = AppState {
-        registry: Arc::clone(&registry),
-        store: Some(store.clone()),
-        metrics: metrics.clone(),
-        prometheus,
-        admin_token,
-        limits: HttpLimits::new(&http, event_limits),
-    };
-    let engine = Engine::new(
-        EngineParts {
-            config,
-            metrics,
-            registry,
-            store,
-            outputs: Box::new(FileOutputs::new(scores, dlq)),
-            cancel: Arc::clone(&cancel),
-        },
+    let limits = event_limits(&config);
+    let engine = service.engine(
+        config,
+        Box::new(FileOutputs::new(scores, dlq)),
         !no_resume,
-    )
-    .map_err(runtime_error)?;
+    )?;
+    let cancel = Arc::clone(&service.cancel);
+    let state = service.app_state(&http, limits);
     let reader = RecordReader::open(&source).map_err(|e| CliError::file(&source, e))?;
+    let intake = {
+        let stop = Arc::clone(&stop);
+        move || {
+            let handled = replay_records(engine, reader, speed, &stop)?;
+            tracing::info!(events = handled, "end of the recorded stream");
+            Ok(())
+        }
+    };
+    runtime(threads)?.block_on(serve_while(
+        http,
+        state,
+        shutdown_timeout,
+        keep_serving,
+        stop,
+        cancel,
+        intake,
+    ))
+}
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads.max(1))
-        .enable_all()
-        .build()
-        .map_err(runtime_error)?;
-    runtime.block_on(async move {
-        let listener = bind(&http.listen).await.map_err(runtime_error)?;
-        let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
-        let mut wait_stop = http_stopped.clone();
-        let server = tokio::spawn(serve(listener, state, async move {
-            let _ = wait_stop.wait_for(|&stopped| stopped).await;
-        }));
-        let signalled = Arc::new(AtomicBool::new(false));
-        let on_signal = {
-            let (stop, cancel, signalled) = (
-                Arc::clone(&stop),
-                Arc::clone(&cancel),
-                Arc::clone(&signalled),
+/// The daemon on Kafka ([`crate::engine::kafka`]): creates missing topics, joins the group,
+/// and runs until SIGINT/SIGTERM, then drains (at most `log.shutdown_timeout` for outputs),
+/// commits and leaves the group. `[source] path` and `[output]` are not used.
+fn kafka_daemon(loaded: LoadedConfig, no_resume: bool, threads: usize) -> Result<(), CliError> {
+    let config = loaded.config;
+    let kafka = config.kafka.clone().ok_or_else(|| {
+        CliError::Usage("source.kind = \"kafka\" needs a [kafka] section".into())
+    })?;
+    let service = Service::new(&config)?;
+    let runtime = runtime(threads)?;
+    let created = runtime.block_on(async {
+        let admin = crate::stream::kafka::admin_client(&kafka)?;
+        crate::stream::kafka::ensure_topics(&admin, &kafka).await
+    })?;
+    if !created.is_empty() {
+        tracing::info!(topics = ?created, "created missing topics");
+    }
+    let (clients, outputs) = crate::engine::kafka::connect(&kafka, &service.metrics)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let http = config.http.clone();
+    let shutdown_timeout = config.log.shutdown_timeout.0;
+    let limits = event_limits(&config);
+    let engine = service.engine(config, Box::new(outputs), !no_resume)?;
+    let cancel = Arc::clone(&service.cancel);
+    let metrics = service.metrics.clone();
+    let state = service.app_state(&http, limits);
+    let intake = {
+        let stop = Arc::clone(&stop);
+        move || {
+            let summary =
+                crate::engine::kafka::run(engine, clients, &metrics, &stop, shutdown_timeout)?;
+            tracing::info!(
+                handled = summary.handled,
+                restored = summary.restored,
+                unacknowledged = summary.unacknowledged,
+                "kafka source stopped"
             );
-            tokio::spawn(async move {
-                shutdown_signal().await;
-                tracing::info!("shutdown requested: stopping intake, cancelling any retrain");
-                signalled.store(true, Ordering::SeqCst);
-                stop.store(true, Ordering::SeqCst);
-                cancel.store(true, Ordering::SeqCst);
-            })
-        };
-        let intake = {
-            let stop = Arc::clone(&stop);
-            tokio::task::spawn_blocking(move || replay_records(engine, reader, speed, &stop))
-        };
-        let handled = intake.await.map_err(runtime_error)??;
-        tracing::info!(events = handled, "end of the recorded stream");
-        if keep_serving && !signalled.load(Ordering::SeqCst) {
-            tracing::info!("still serving HTTP; SIGINT or SIGTERM stops");
-            let _ = on_signal.await;
-        } else {
-            on_signal.abort();
+            Ok(())
         }
-        let _ = stop_http.send(true);
-        match tokio::time::timeout(shutdown_timeout, server).await {
-            Ok(joined) => joined.map_err(runtime_error)?.map_err(runtime_error)?,
-            Err(_) => tracing::warn!(
-                seconds = shutdown_timeout.as_secs_f64(),
-                "HTTP requests still open at log.shutdown_timeout; exiting anyway"
-            ),
-        }
-        Ok(())
-    })
+    };
+    runtime.block_on(serve_while(
+        http,
+        state,
+        shutdown_timeout,
+        false,
+        stop,
+        cancel,
+        intake,
+    ))
 }
 
 /// Feeds every record to the engine until the end of input or `stop`; then emits what still

@@ -57,6 +57,10 @@ pub enum CliError {
     Threshold(String),
     #[error(transparent)]
     Kafka(#[from] crate::stream::kafka::KafkaError),
+    #[error("kafka source: {0}")]
+    KafkaRun(#[from] crate::engine::kafka::KafkaRunError),
+    #[error("daemon: {0}")]
+    Daemon(String),
 }
 
 impl CliError {

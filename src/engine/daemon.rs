@@ -547,6 +547,13 @@ impl Engine {
         outcome
     }
 
+    /// A deferred retrain that will never complete (its thread died): counted as failed, and
+    /// the next due retrain may start.
+    pub fn abandon_retrain(&mut self, detail: String) {
+        self.training = false;
+        self.count_retrain(&RetrainOutcome::Failed { detail }, Instant::now());
+    }
+
     /// Whether a deferred retrain is running.
     pub fn is_training(&self) -> bool {
         self.training

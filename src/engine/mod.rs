@@ -2,6 +2,10 @@
 //!
 //! - [`daemon`]: the event loop: intake, windows, retrain trigger, warm-started training, the
 //!   gate, the swap, scoring and the sinks.
+//! - [`outputs`]: where scores and dead letters go (files, or Kafka topics), each with the
+//!   input position it answers.
+//! - [`kafka`]: the daemon on Kafka: poll loop, produced outputs, at-least-once commits with
+//!   window low watermarks, restore after a restart, backpressure, training off the loop.
 //! - [`window`]: per-channel sliding windows (count, event-time age and byte bounds, dedup by
 //!   id, eviction reports and source low watermarks) and the stable hash that decides which
 //!   events calibrate instead of train ([`window::in_calibration`]).
@@ -15,6 +19,7 @@
 //! [`crate::data`] and [`crate::learn`], never the other way round.
 
 pub mod daemon;
+pub mod kafka;
 pub mod outputs;
 pub mod registry;
 pub mod scoring;

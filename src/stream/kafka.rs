@@ -73,9 +73,9 @@ const MAX_PENDING: usize = 10_000;
 /// Which consumer: the daemon's group, or `neyman record`'s throwaway one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConsumerRole {
-    /// `kafka.group_id`, static membership when `group_instance_id` is set, at-least-once
-    /// commits: offsets are stored by the application after processing and auto-committed
-    /// (`enable.auto.offset.store=false`), so a crash re-delivers rather than loses.
+    /// `kafka.group_id`, static membership when `group_instance_id` is set, cooperative-sticky
+    /// assignment, no automatic commits: the daemon commits the offsets it computed itself
+    /// (see [`crate::engine::kafka`]), so a crash re-delivers rather than loses.
     Daemon,
     /// `<group_id>-record`, earliest, no commits, no static membership.
     Record,
@@ -119,10 +119,22 @@ pub fn consumer_config(k: &KafkaConfig, role: ConsumerRole) -> ClientConfig {
         ConsumerRole::Daemon => {
             c.set("group.id", &k.group_id);
             c.set("auto.offset.reset", k.auto_offset_reset.as_str());
-            c.set("enable.auto.commit", "true");
+            c.set("enable.auto.commit", "false");
             c.set("enable.auto.offset.store", "false");
             if let Some(id) = &k.group_instance_id {
                 c.set("group.instance.id", id);
+            }
+            // Defaults a `[kafka.librdkafka]` entry may override: incremental rebalances (a
+            // member joining does not stop the others), lag statistics every 5 s, and a fetch
+            // backoff that does not stall a consumer doing real work per message for a second.
+            for (key, value) in [
+                ("partition.assignment.strategy", "cooperative-sticky"),
+                ("statistics.interval.ms", "5000"),
+                ("fetch.queue.backoff.ms", "10"),
+            ] {
+                if !k.librdkafka.contains_key(key) {
+                    c.set(key, value);
+                }
             }
         }
         ConsumerRole::Record => {
@@ -273,7 +285,7 @@ pub struct RecordSummary {
 }
 
 /// The input topics and their channels.
-fn input_topics(k: &KafkaConfig) -> Vec<(String, Channel)> {
+pub fn input_topics(k: &KafkaConfig) -> Vec<(String, Channel)> {
     let mut out = vec![
         (k.topics.positive.clone(), Channel::Positive),
         (k.topics.unlabeled.clone(), Channel::Unlabeled),
@@ -322,39 +334,57 @@ pub async fn record<W: Write>(
         let Some(&channel) = channels.get(message.topic()) else {
             continue;
         };
-        let key = message.key().map(|bytes| {
-            if std::str::from_utf8(bytes).is_err() {
-                summary.lossy_keys += 1;
-            }
-            String::from_utf8_lossy(bytes).into_owned()
-        });
-        let mut headers = Vec::new();
-        if let Some(hs) = message.headers() {
-            for h in hs.iter() {
-                let value = h.value.unwrap_or_default();
-                if std::str::from_utf8(value).is_err() {
-                    summary.lossy_headers += 1;
-                }
-                headers.push((
-                    h.key.to_string(),
-                    String::from_utf8_lossy(value).into_owned(),
-                ));
-            }
-        }
-        let rec = Record {
-            channel,
-            ts: message.timestamp().to_millis().unwrap_or_else(now_ms),
-            key,
-            payload: message.payload().unwrap_or_default().to_vec(),
-            partition: Some(message.partition()),
-            offset: Some(message.offset()),
-            headers,
-        };
+        let (rec, lossy) = record_of(&message, channel);
+        summary.lossy_keys += u64::from(lossy.key);
+        summary.lossy_headers += lossy.headers;
         writer.write(&rec)?;
         summary.events += 1;
         *summary.per_channel.entry(channel).or_default() += 1;
     }
     Ok(summary)
+}
+
+/// What [`record_of`] had to replace with U+FFFD.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lossy {
+    /// The key was not UTF-8.
+    pub key: bool,
+    /// Header values that were not UTF-8.
+    pub headers: u64,
+}
+
+/// A consumed message as a [`Record`] of `channel`: payload bytes as received, key and header
+/// values as text (bytes that are not UTF-8 replaced, and counted in [`Lossy`]), the message
+/// timestamp or, without one, the time it was received.
+pub fn record_of(message: &impl Message, channel: Channel) -> (Record, Lossy) {
+    let mut lossy = Lossy::default();
+    let key = message.key().map(|bytes| {
+        lossy.key = std::str::from_utf8(bytes).is_err();
+        String::from_utf8_lossy(bytes).into_owned()
+    });
+    let mut headers = Vec::new();
+    if let Some(hs) = message.headers() {
+        for h in hs.iter() {
+            let value = h.value.unwrap_or_default();
+            if std::str::from_utf8(value).is_err() {
+                lossy.headers += 1;
+            }
+            headers.push((
+                h.key.to_string(),
+                String::from_utf8_lossy(value).into_owned(),
+            ));
+        }
+    }
+    let record = Record {
+        channel,
+        ts: message.timestamp().to_millis().unwrap_or_else(now_ms),
+        key,
+        payload: message.payload().unwrap_or_default().to_vec(),
+        partition: Some(message.partition()),
+        offset: Some(message.offset()),
+        headers,
+    };
+    (record, lossy)
 }
 
 /// Produces `records` into their channels' topics (creating missing topics first): key and
@@ -476,6 +506,8 @@ mod tests {
             ("session.timeout.ms", "6000"),
             ("heartbeat.interval.ms", "2000"),
             ("enable.auto.offset.store", "false"),
+            ("enable.auto.commit", "false"),
+            ("partition.assignment.strategy", "cooperative-sticky"),
             ("security.protocol", "sasl_ssl"),
             ("sasl.mechanism", "SCRAM-SHA-512"),
             ("sasl.password", "hunter2"),

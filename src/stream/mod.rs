@@ -9,6 +9,8 @@
 //! - [`make`]: a realistic PU stream generated from a fully labelled data set.
 //! - [`kafka`]: Kafka client settings from `[kafka]`, topic creation, recording topics into a
 //!   recorded-stream file and publishing one into the topics.
+//! - [`offsets`]: at-least-once offset bookkeeping (what is acknowledged, what may be
+//!   committed, and the `done` mark a restart resumes scoring from).
 //!
 //! This room knows nothing of windows, models or training: it only turns bytes into checked
 //! events and back. It depends on [`crate::data`] and, for `[kafka]`, [`crate::config`].
@@ -17,6 +19,7 @@ pub mod dlq;
 pub mod event;
 pub mod kafka;
 pub mod make;
+pub mod offsets;
 pub mod record;
 
 pub use dlq::{DlqError, DlqRecord, DlqWriter};

@@ -1,0 +1,942 @@
+//! The daemon on Kafka: one poll loop feeding the [`Engine`], outputs produced to topics,
+//! offsets committed at least once, training on its own thread.
+//!
+//! - **Poll loop** ([`run`]): a `BaseConsumer` subscribed to the input topics (group
+//!   `kafka.group_id`, cooperative-sticky). Each message becomes a [`Record`] and goes to
+//!   [`Engine::handle`], which scores unlabeled events with the active model and windows
+//!   everything. Retrains are deferred: the loop hands [`Engine::due_retrain`]'s job to a
+//!   training thread and gates/installs the result when it returns, so polling, scoring and
+//!   heartbeats never wait for a solver.
+//! - **Outputs** ([`KafkaOutputs`]): scores to `kafka.topics.scores` (key = event id; headers
+//!   `model_version` — absent for an unscored output —, `source_topic`, `source_partition`,
+//!   `source_offset`), rejected messages to `kafka.topics.dlq` (original key, payload and
+//!   headers, plus Kafka Connect's `__connect.errors.topic`, `.partition`, `.offset`,
+//!   `.exception.class.name` = the reason code and `.exception.message` = the detail). One
+//!   idempotent producer; a send that fails after librdkafka's own retries is counted and sent
+//!   again, never dropped.
+//! - **At-least-once** ([`crate::stream::offsets`]): per input partition the loop commits the
+//!   oldest offset whose output is unacknowledged or whose event is still in a window (or
+//!   waits for a first model), every `kafka.commit_interval_ms`, on revocation and at
+//!   shutdown. Alongside, it commits `done` (all outputs below it acknowledged) as the offset
+//!   of the companion group `<group_id>.done`, which never has members. A restarted daemon,
+//!   or the member a partition moves to, re-reads the windows from the group's offset with
+//!   [`Engine::restore`] and scores again only from `done`. Retrains wait until every
+//!   assigned partition has been restored, so the first retrain after a restart sees the
+//!   windows as they were.
+//! - **Backpressure**: above `kafka.max_in_flight` unacknowledged outputs the loop pauses its
+//!   partitions (still polling, so the group membership stays alive) and resumes below half.
+//!
+//! Choices where the issue is silent: partitions revoked from this member keep their events in
+//! this member's windows until they age out (training data is not thrown away by a
+//! rebalance), but their offsets are no longer committed here.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError as RdKafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::statistics::Statistics;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use crate::config::KafkaConfig;
+use crate::engine::daemon::{Engine, EngineError, TrainedRetrain};
+use crate::engine::outputs::{Origin, OutputError, Outputs};
+use crate::engine::scoring::ScoreOutput;
+use crate::stream::dlq::DlqRecord;
+use crate::stream::kafka::{consumer_config, input_topics, producer_config, record_of, ConsumerRole};
+use crate::stream::offsets::{InputPartition, OffsetBook};
+use crate::stream::record::Record;
+use crate::stream::Channel;
+use crate::telemetry::Metrics;
+
+/// How long one poll waits for a message; also the loop's reaction time to a stop.
+const POLL: Duration = Duration::from_millis(50);
+/// Deadline of a committed-offsets lookup after an assignment.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaRunError {
+    #[error("kafka client: {0}")]
+    Client(#[from] RdKafkaError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// What [`run`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KafkaSummary {
+    /// Messages handled (scored, windowed or dead-lettered).
+    pub handled: u64,
+    /// Messages re-read after a restart that only rebuilt a window.
+    pub restored: u64,
+    /// Outputs still unacknowledged when the shutdown deadline passed (their input offsets
+    /// were not committed, so they are read again by the next member).
+    pub unacknowledged: usize,
+}
+
+/// Channel ↔ topic names of one configuration.
+#[derive(Debug, Clone)]
+struct Topics {
+    inputs: HashMap<String, Channel>,
+    scores: String,
+    dlq: String,
+}
+
+impl Topics {
+    fn of(k: &KafkaConfig) -> Topics {
+        Topics {
+            inputs: input_topics(k).into_iter().collect(),
+            scores: k.topics.scores.clone(),
+            dlq: k.topics.dlq.clone(),
+        }
+    }
+
+    fn input(&self, channel: Channel) -> Option<&str> {
+        self.inputs
+            .iter()
+            .find(|(_, c)| **c == channel)
+            .map(|(t, _)| t.as_str())
+    }
+}
+
+/// One message to produce, owned so that it can wait and be sent again.
+#[derive(Debug, Clone)]
+struct Outgoing {
+    topic: String,
+    key: Option<Vec<u8>>,
+    payload: Vec<u8>,
+    headers: Vec<(String, Vec<u8>)>,
+    /// The input message it answers.
+    hold: (InputPartition, i64),
+}
+
+impl Outgoing {
+    fn from_message(m: &BorrowedMessage<'_>, hold: (InputPartition, i64)) -> Outgoing {
+        let headers = m
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Outgoing {
+            topic: m.topic().to_string(),
+            key: m.key().map(<[u8]>::to_vec),
+            payload: m.payload().unwrap_or_default().to_vec(),
+            headers,
+            hold,
+        }
+    }
+}
+
+/// What the producer's delivery callback reports to the loop.
+enum Delivery {
+    Acknowledged((InputPartition, i64)),
+    Failed { error: String, message: Outgoing },
+}
+
+/// Producer context: delivery reports go to the loop through a channel.
+struct DeliveryContext {
+    reports: Mutex<mpsc::Sender<Delivery>>,
+}
+
+impl ClientContext for DeliveryContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_librdkafka("producer", level, fac, message);
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = Box<(InputPartition, i64)>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, hold: Self::DeliveryOpaque) {
+        let report = match result {
+            Ok(_) => Delivery::Acknowledged(*hold),
+            Err((e, message)) => Delivery::Failed {
+                error: e.to_string(),
+                message: Outgoing::from_message(message, *hold),
+            },
+        };
+        if let Ok(reports) = self.reports.lock() {
+            // The loop is gone only after its final flush; nothing is waiting then.
+            let _ = reports.send(report);
+        }
+    }
+}
+
+fn log_librdkafka(client: &str, level: RDKafkaLogLevel, fac: &str, message: &str) {
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => tracing::error!(client, fac, "librdkafka: {message}"),
+        RDKafkaLogLevel::Warning => tracing::warn!(client, fac, "librdkafka: {message}"),
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+            tracing::info!(client, fac, "librdkafka: {message}")
+        }
+        RDKafkaLogLevel::Debug => tracing::debug!(client, fac, "librdkafka: {message}"),
+    }
+}
+
+/// The producer and the bookkeeping of what it has not yet had acknowledged; shared by the
+/// engine's [`KafkaOutputs`] and the loop (same thread, so the lock is never contended).
+struct Sender {
+    producer: ThreadedProducer<DeliveryContext>,
+    book: OffsetBook,
+    /// Sends librdkafka refused because its queue was full, in order; retried by the loop.
+    backlog: VecDeque<Outgoing>,
+}
+
+impl Sender {
+    /// Sends `out` (or queues it behind earlier refused sends). The book must already count it.
+    fn send(&mut self, out: Outgoing) -> Result<(), OutputError> {
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(out);
+            return Ok(());
+        }
+        match self.try_send(&out) {
+            Ok(()) => Ok(()),
+            Err(RdKafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
+                self.backlog.push_back(out);
+                Ok(())
+            }
+            Err(e) => Err(OutputError::Kafka(format!("send to {}: {e}", out.topic))),
+        }
+    }
+
+    fn try_send(&self, out: &Outgoing) -> KafkaResult<()> {
+        let mut headers = OwnedHeaders::new_with_capacity(out.headers.len());
+        for (key, value) in &out.headers {
+            headers = headers.insert(Header {
+                key,
+                value: Some(value),
+            });
+        }
+        let mut record = BaseRecord::with_opaque_to(&out.topic, Box::new(out.hold))
+            .payload(&out.payload)
+            .headers(headers);
+        if let Some(key) = &out.key {
+            record = record.key(key);
+        }
+        self.producer.send(record).map_err(|(e, _)| e)
+    }
+
+    /// Retries refused sends in order until librdkafka refuses again.
+    fn drain_backlog(&mut self) -> Result<(), OutputError> {
+        while let Some(out) = self.backlog.front() {
+            match self.try_send(out) {
+                Ok(()) => {
+                    self.backlog.pop_front();
+                }
+                Err(RdKafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => break,
+                Err(e) => return Err(OutputError::Kafka(format!("send to {}: {e}", out.topic))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Outputs not yet acknowledged (sent or waiting to be).
+    fn unacknowledged(&self) -> usize {
+        self.book.in_flight()
+    }
+}
+
+type SharedSender = Arc<Mutex<Sender>>;
+
+fn lock(sender: &SharedSender) -> MutexGuard<'_, Sender> {
+    // A panic while holding the lock leaves plain data behind; keep going with it.
+    sender.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The engine's outputs as Kafka messages; see the module docs for their form.
+pub struct KafkaOutputs {
+    sender: SharedSender,
+    topics: Topics,
+}
+
+impl KafkaOutputs {
+    fn input_topic(&self, channel: Channel) -> String {
+        self.topics.input(channel).unwrap_or_default().to_string()
+    }
+}
+
+impl Outputs for KafkaOutputs {
+    fn score(&mut self, output: &ScoreOutput, origin: Option<Origin>) -> Result<(), OutputError> {
+        let origin = origin.ok_or_else(|| {
+            OutputError::Kafka(format!("score of {:?} has no input position", output.id))
+        })?;
+        let mut headers = Vec::with_capacity(4);
+        if let Some(v) = output.model_version {
+            headers.push(("model_version".to_string(), v.to_string().into_bytes()));
+        }
+        headers.push((
+            "source_topic".to_string(),
+            self.input_topic(origin.channel).into_bytes(),
+        ));
+        headers.push((
+            "source_partition".to_string(),
+            origin.partition.to_string().into_bytes(),
+        ));
+        headers.push((
+            "source_offset".to_string(),
+            origin.offset.to_string().into_bytes(),
+        ));
+        let hold = ((origin.channel, origin.partition), origin.offset);
+        let out = Outgoing {
+            topic: self.topics.scores.clone(),
+            key: Some(output.id.clone().into_bytes()),
+            payload: output.to_json_line().into_bytes(),
+            headers,
+            hold,
+        };
+        let mut sender = lock(&self.sender);
+        sender.book.sent(hold.0, hold.1);
+        sender.send(out)
+    }
+
+    fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError> {
+        let r = &letter.record;
+        let (Some(partition), Some(offset)) = (r.partition, r.offset) else {
+            return Err(OutputError::Kafka(
+                "dead letter without an input position".into(),
+            ));
+        };
+        let mut headers: Vec<(String, Vec<u8>)> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+            .collect();
+        for (key, value) in [
+            ("__connect.errors.topic", self.input_topic(r.channel)),
+            ("__connect.errors.partition", partition.to_string()),
+            ("__connect.errors.offset", offset.to_string()),
+            (
+                "__connect.errors.exception.class.name",
+                letter.reason.as_str().to_string(),
+            ),
+            ("__connect.errors.exception.message", letter.detail.clone()),
+        ] {
+            headers.push((key.to_string(), value.into_bytes()));
+        }
+        let hold = ((r.channel, partition), offset);
+        let out = Outgoing {
+            topic: self.topics.dlq.clone(),
+            key: r.key.clone().map(String::into_bytes),
+            payload: r.payload.clone(),
+            headers,
+            hold,
+        };
+        let mut sender = lock(&self.sender);
+        sender.book.sent(hold.0, hold.1);
+        sender.send(out)
+    }
+
+    /// Nothing to do: acknowledgements arrive on their own, and the loop waits for them at
+    /// shutdown.
+    fn flush(&mut self) -> Result<(), OutputError> {
+        Ok(())
+    }
+}
+
+/// What the consumer's rebalance callback tells the loop.
+enum GroupChange {
+    Assigned(Vec<(String, i32)>),
+    Revoked(Vec<(String, i32)>),
+}
+
+/// The latest commit point per (topic, partition): the offset and `done`.
+type CommitPoints = BTreeMap<(String, i32), (i64, i64)>;
+
+/// Consumer context: rebalances, commit results and lag statistics.
+struct GroupContext {
+    metrics: Metrics,
+    changes: Mutex<Vec<GroupChange>>,
+    /// Committed synchronously when a partition is revoked, before another member takes it.
+    commit_points: Mutex<CommitPoints>,
+    /// A client of the companion group `<group_id>.done`, never subscribed: it only commits
+    /// and reads `done` marks.
+    done: BaseConsumer<DoneContext>,
+}
+
+/// Context of the `done` client: counts its commit results like the group's.
+struct DoneContext {
+    metrics: Metrics,
+}
+
+impl ClientContext for DoneContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_librdkafka("done", level, fac, message);
+    }
+}
+
+impl ConsumerContext for DoneContext {
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        count_commit(&self.metrics, result);
+    }
+}
+
+fn count_commit(metrics: &Metrics, result: KafkaResult<()>) {
+    match result {
+        Ok(()) => metrics.kafka_commits.inc(),
+        // librdkafka skips a commit whose offsets did not move: nothing failed.
+        Err(RdKafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+        Err(e) => {
+            metrics.kafka_commit_failures.inc();
+            tracing::warn!(error = %e, "offset commit failed");
+        }
+    }
+}
+
+/// Commits `points` (offsets to the group, `done` marks to the companion group).
+fn commit_both(
+    consumer: &BaseConsumer<GroupContext>,
+    points: &CommitPoints,
+    mode: CommitMode,
+) {
+    if points.is_empty() {
+        return;
+    }
+    let offsets = commit_list(points.iter().map(|(tp, (offset, _))| (tp, *offset)));
+    let done = commit_list(points.iter().map(|(tp, (_, done))| (tp, *done)));
+    let context = consumer.context();
+    for (result, what) in [
+        (consumer.commit(&offsets, mode), "offsets"),
+        (context.done.commit(&done, mode), "done marks"),
+    ] {
+        if let Err(e) = result {
+            context.metrics.kafka_commit_failures.inc();
+            tracing::warn!(error = %e, what, "commit failed");
+        }
+    }
+}
+
+/// A commit request: each partition at its offset.
+fn commit_list<'a>(points: impl Iterator<Item = (&'a (String, i32), i64)>) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), offset) in points {
+        // Only an invalid offset value fails here, and offsets come from the broker.
+        let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(offset));
+    }
+    tpl
+}
+
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_string(), e.partition()))
+        .collect()
+}
+
+impl ClientContext for GroupContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_librdkafka("consumer", level, fac, message);
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        for (topic, t) in &statistics.topics {
+            for (partition, p) in &t.partitions {
+                // Partition -1 is librdkafka's internal "unassigned" entry; -1 lag is unknown.
+                if *partition >= 0 && p.consumer_lag >= 0 {
+                    self.metrics
+                        .kafka_consumer_lag
+                        .with_label_values(&[topic, &partition.to_string()])
+                        .set(p.consumer_lag);
+                }
+            }
+        }
+    }
+
+    fn error(&self, error: RdKafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "kafka consumer error");
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let revoked = partitions_of(tpl);
+            self.metrics
+                .kafka_rebalances
+                .with_label_values(&["revoke"])
+                .inc();
+            tracing::info!(partitions = ?revoked, "partitions revoked");
+            let points = self
+                .commit_points
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let revoked_points: CommitPoints = points
+                .into_iter()
+                .filter(|(tp, _)| revoked.contains(tp))
+                .collect();
+            commit_both(consumer, &revoked_points, CommitMode::Sync);
+            self.changes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(GroupChange::Revoked(revoked));
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let assigned = partitions_of(tpl);
+                self.metrics
+                    .kafka_rebalances
+                    .with_label_values(&["assign"])
+                    .inc();
+                tracing::info!(partitions = ?assigned, "partitions assigned");
+                self.changes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(GroupChange::Assigned(assigned));
+            }
+            Rebalance::Error(e) => {
+                self.metrics
+                    .kafka_rebalances
+                    .with_label_values(&["error"])
+                    .inc();
+                tracing::warn!(error = %e, "rebalance error");
+            }
+            Rebalance::Revoke(_) => {}
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        count_commit(&self.metrics, result);
+    }
+}
+
+/// An assigned input partition.
+#[derive(Debug, Clone, Copy, Default)]
+struct Assigned {
+    /// The committed offset found at assignment (where reading starts).
+    committed: Option<i64>,
+    /// `done` from the commit metadata: messages below it only rebuild windows.
+    restore_until: Option<i64>,
+}
+
+/// The clients [`run`] uses; [`connect`] makes them from `[kafka]`.
+pub struct KafkaClients {
+    consumer: BaseConsumer<GroupContext>,
+    sender: SharedSender,
+    deliveries: mpsc::Receiver<Delivery>,
+    topics: Topics,
+    commit_interval: Duration,
+    max_in_flight: usize,
+}
+
+/// Creates the consumer (subscribed to the input topics) and the producer, and the
+/// [`KafkaOutputs`] to build the engine with. Topics must exist (see
+/// [`crate::stream::kafka::ensure_topics`]).
+pub fn connect(
+    k: &KafkaConfig,
+    metrics: &Metrics,
+) -> Result<(KafkaClients, KafkaOutputs), KafkaRunError> {
+    let topics = Topics::of(k);
+    let (reports, deliveries) = mpsc::channel();
+    let producer: ThreadedProducer<DeliveryContext> = producer_config(k).create_with_context(
+        DeliveryContext {
+            reports: Mutex::new(reports),
+        },
+    )?;
+    let mut done_config: ClientConfig = consumer_config(k, ConsumerRole::Daemon);
+    done_config.set("group.id", format!("{}.done", k.group_id));
+    done_config.remove("group.instance.id");
+    done_config.set("statistics.interval.ms", "0");
+    let done: BaseConsumer<DoneContext> = done_config.create_with_context(DoneContext {
+        metrics: metrics.clone(),
+    })?;
+    let context = GroupContext {
+        metrics: metrics.clone(),
+        changes: Mutex::new(Vec::new()),
+        commit_points: Mutex::new(BTreeMap::new()),
+        done,
+    };
+    let config: ClientConfig = consumer_config(k, ConsumerRole::Daemon);
+    let consumer: BaseConsumer<GroupContext> = config.create_with_context(context)?;
+    let names: Vec<&str> = topics.inputs.keys().map(String::as_str).collect();
+    consumer.subscribe(&names)?;
+    let sender = Arc::new(Mutex::new(Sender {
+        producer,
+        book: OffsetBook::new(),
+        backlog: VecDeque::new(),
+    }));
+    let outputs = KafkaOutputs {
+        sender: Arc::clone(&sender),
+        topics: topics.clone(),
+    };
+    let clients = KafkaClients {
+        consumer,
+        sender,
+        deliveries,
+        topics,
+        commit_interval: Duration::from_millis(u64::from(k.commit_interval_ms)),
+        max_in_flight: k.max_in_flight,
+    };
+    Ok((clients, outputs))
+}
+
+/// The loop's state besides the engine.
+struct Loop {
+    clients: KafkaClients,
+    metrics: Metrics,
+    assigned: BTreeMap<InputPartition, Assigned>,
+    paused: bool,
+    summary: KafkaSummary,
+}
+
+impl Loop {
+    fn channel_of(&self, topic: &str) -> Option<Channel> {
+        self.clients.topics.inputs.get(topic).copied()
+    }
+
+    fn apply_group_changes(&mut self) -> Result<(), KafkaRunError> {
+        let changes = std::mem::take(
+            &mut *self
+                .clients
+                .consumer
+                .context()
+                .changes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for change in changes {
+            match change {
+                GroupChange::Assigned(list) => self.assign(&list)?,
+                GroupChange::Revoked(list) => {
+                    for (topic, partition) in list {
+                        if let Some(channel) = self.channel_of(&topic) {
+                            self.assigned.remove(&(channel, partition));
+                        }
+                        self.clients
+                            .consumer
+                            .context()
+                            .commit_points
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&(topic, partition));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks up the committed offsets and `done` marks of newly assigned partitions.
+    fn assign(&mut self, list: &[(String, i32)]) -> Result<(), KafkaRunError> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition) in list {
+            tpl.add_partition(topic, *partition);
+        }
+        let consumer = &self.clients.consumer;
+        let committed = consumer.committed_offsets(tpl.clone(), LOOKUP_TIMEOUT)?;
+        let done_marks = consumer
+            .context()
+            .done
+            .committed_offsets(tpl, LOOKUP_TIMEOUT)?;
+        let absolute = |o: Offset| match o {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        };
+        for e in committed.elements() {
+            let Some(channel) = self.channel_of(e.topic()) else {
+                continue;
+            };
+            let offset = absolute(e.offset());
+            let done = done_marks
+                .find_partition(e.topic(), e.partition())
+                .and_then(|d| absolute(d.offset()));
+            // Without a committed offset the group starts over (auto.offset.reset), and every
+            // message is new to it.
+            let restore_until = offset.and(done);
+            if let Some(done) = restore_until {
+                tracing::info!(
+                    topic = e.topic(),
+                    partition = e.partition(),
+                    from = offset,
+                    done,
+                    "re-reading the window; scoring resumes at done"
+                );
+            }
+            self.assigned.insert(
+                (channel, e.partition()),
+                Assigned {
+                    committed: offset,
+                    restore_until,
+                },
+            );
+        }
+        if self.paused {
+            // New partitions join the pause.
+            self.clients.consumer.pause(&committed)?;
+        }
+        Ok(())
+    }
+
+    /// Whether some assigned partition is still below its `done` mark.
+    fn restoring(&self) -> bool {
+        let sender = lock(&self.clients.sender);
+        self.assigned.iter().any(|(ip, a)| match a.restore_until {
+            Some(done) => sender.book.next(*ip).or(a.committed).is_some_and(|n| n < done),
+            None => false,
+        })
+    }
+
+    fn handle(&mut self, engine: &mut Engine, record: &Record) -> Result<(), KafkaRunError> {
+        let (Some(partition), Some(offset)) = (record.partition, record.offset) else {
+            return Ok(());
+        };
+        let ip = (record.channel, partition);
+        let restore = self
+            .assigned
+            .get(&ip)
+            .and_then(|a| a.restore_until)
+            .is_some_and(|done| offset < done);
+        if restore {
+            engine.restore(record);
+            self.summary.restored += 1;
+        } else {
+            engine.handle(record)?;
+            self.summary.handled += 1;
+        }
+        lock(&self.clients.sender).book.handled(ip, offset);
+        Ok(())
+    }
+
+    /// Applies delivery reports: acknowledgements free offsets, failures are sent again.
+    fn drain_deliveries(&mut self) -> Result<(), KafkaRunError> {
+        let mut sender = lock(&self.clients.sender);
+        while let Ok(report) = self.clients.deliveries.try_recv() {
+            match report {
+                Delivery::Acknowledged((ip, offset)) => sender.book.acknowledged(ip, offset),
+                Delivery::Failed { error, message } => {
+                    self.metrics
+                        .kafka_produce_errors
+                        .with_label_values(&[&message.topic])
+                        .inc();
+                    tracing::warn!(topic = %message.topic, %error, "delivery failed; sending again");
+                    sender.send(message).map_err(EngineError::from)?;
+                }
+            }
+        }
+        sender.drain_backlog().map_err(EngineError::from)?;
+        self.metrics
+            .kafka_in_flight
+            .set(i64::try_from(sender.unacknowledged()).unwrap_or(i64::MAX));
+        Ok(())
+    }
+
+    /// Pauses every assigned partition above `max_in_flight` unacknowledged outputs, and
+    /// resumes below half of it.
+    fn backpressure(&mut self) -> Result<(), KafkaRunError> {
+        let in_flight = lock(&self.clients.sender).unacknowledged();
+        let max = self.clients.max_in_flight;
+        if !self.paused && in_flight > max {
+            let assignment = self.clients.consumer.assignment()?;
+            self.clients.consumer.pause(&assignment)?;
+            self.paused = true;
+            self.metrics
+                .kafka_paused_partitions
+                .set(assignment.count() as i64);
+            tracing::warn!(in_flight, max, "outputs not acknowledged: input paused");
+        } else if self.paused && in_flight <= max / 2 {
+            let assignment = self.clients.consumer.assignment()?;
+            self.clients.consumer.resume(&assignment)?;
+            self.paused = false;
+            self.metrics.kafka_paused_partitions.set(0);
+            tracing::info!(in_flight, "input resumed");
+        }
+        Ok(())
+    }
+
+    /// The commit for every assigned partition that has seen a message: offset and `done`.
+    fn commit_points(&self, engine: &Engine) -> CommitPoints {
+        let sender = lock(&self.clients.sender);
+        let mut points = BTreeMap::new();
+        for channel in Channel::ALL {
+            let Some(topic) = self.clients.topics.input(channel) else {
+                continue;
+            };
+            let owed = engine.owed_outputs(channel);
+            let held = engine.low_watermarks(channel);
+            for (&(c, partition), a) in self.assigned.range((channel, i32::MIN)..) {
+                if c != channel {
+                    break;
+                }
+                let ip = (channel, partition);
+                let owed = owed.get(&partition).copied();
+                let (Some(done), Some(commit)) = (
+                    sender.book.done(ip, owed),
+                    sender
+                        .book
+                        .commit_point(ip, owed, held.get(&partition).copied()),
+                ) else {
+                    continue;
+                };
+                let done = a.restore_until.map_or(done, |r| r.max(done));
+                points.insert((topic.to_string(), partition), (commit, done));
+            }
+        }
+        points
+    }
+
+    fn commit(&mut self, engine: &Engine, mode: CommitMode) {
+        let points = self.commit_points(engine);
+        tracing::debug!(?points, "committing (offset, done)");
+        commit_both(&self.clients.consumer, &points, mode);
+        *self
+            .clients
+            .consumer
+            .context()
+            .commit_points
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = points;
+        // Serves the companion client's commit callbacks.
+        let _ = self.clients.consumer.context().done.poll(Duration::ZERO);
+    }
+}
+
+/// The training thread of a deferred retrain.
+struct Trainer {
+    handle: JoinHandle<()>,
+    result: mpsc::Receiver<TrainedRetrain>,
+}
+
+impl Trainer {
+    fn start(job: crate::engine::daemon::RetrainJob) -> std::io::Result<Trainer> {
+        let (tx, result) = mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("neyman-train".into())
+            .spawn(move || {
+                let _ = tx.send(job.run());
+            })?;
+        Ok(Trainer { handle, result })
+    }
+
+    /// The result if training ended: `Some(Ok)` trained, `Some(Err)` the thread died.
+    fn poll(&self) -> Option<Result<TrainedRetrain, String>> {
+        match self.result.try_recv() {
+            Ok(trained) => Some(Ok(trained)),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => {
+                Some(Err("the training thread ended without a result".into()))
+            }
+        }
+    }
+
+    fn wait(self) -> Result<TrainedRetrain, String> {
+        let trained = self
+            .result
+            .recv()
+            .map_err(|_| "the training thread ended without a result".to_string());
+        let _ = self.handle.join();
+        trained
+    }
+}
+
+fn finish_training(engine: &mut Engine, result: Result<TrainedRetrain, String>) {
+    match result {
+        Ok(trained) => {
+            engine.complete_retrain(trained);
+        }
+        Err(detail) => engine.abandon_retrain(detail),
+    }
+}
+
+/// Runs the daemon on Kafka until `stop`: see the module docs. At the end: the retrain in
+/// flight is awaited (the caller sets the engine's cancel flag to cut it short), events still
+/// waiting for a first model are emitted unscored, outputs are awaited until `drain_timeout`,
+/// the final offsets are committed synchronously and the consumer leaves the group.
+pub fn run(
+    mut engine: Engine,
+    clients: KafkaClients,
+    metrics: &Metrics,
+    stop: &AtomicBool,
+    drain_timeout: Duration,
+) -> Result<KafkaSummary, KafkaRunError> {
+    engine.defer_retrains();
+    let mut lp = Loop {
+        clients,
+        metrics: metrics.clone(),
+        assigned: BTreeMap::new(),
+        paused: false,
+        summary: KafkaSummary::default(),
+    };
+    let mut trainer: Option<Trainer> = None;
+    let mut last_commit = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        lp.drain_deliveries()?;
+        if let Some(result) = trainer.as_ref().and_then(Trainer::poll) {
+            if let Some(t) = trainer.take() {
+                let _ = t.handle.join();
+            }
+            finish_training(&mut engine, result);
+        }
+        if trainer.is_none() && !lp.restoring() {
+            if let Some(job) = engine.due_retrain() {
+                match Trainer::start(job) {
+                    Ok(t) => trainer = Some(t),
+                    Err(e) => engine.abandon_retrain(format!("cannot start a training thread: {e}")),
+                }
+            }
+        }
+        lp.backpressure()?;
+        let record = match lp.clients.consumer.poll(POLL) {
+            None => None,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "kafka consumer");
+                None
+            }
+            Some(Ok(message)) => lp
+                .channel_of(message.topic())
+                .map(|channel| record_of(&message, channel).0),
+        };
+        // Assignments made inside that poll are applied before its message is handled.
+        lp.apply_group_changes()?;
+        if let Some(record) = record {
+            lp.handle(&mut engine, &record)?;
+        }
+        if last_commit.elapsed() >= lp.clients.commit_interval {
+            lp.commit(&engine, CommitMode::Async);
+            last_commit = Instant::now();
+        }
+    }
+    tracing::info!("stopping: finishing the retrain in flight, draining outputs");
+    if let Some(t) = trainer.take() {
+        finish_training(&mut engine, t.wait());
+    }
+    engine.finish()?;
+    let deadline = Instant::now() + drain_timeout;
+    loop {
+        lp.drain_deliveries()?;
+        let left = lock(&lp.clients.sender).unacknowledged();
+        if left == 0 || Instant::now() >= deadline {
+            lp.summary.unacknowledged = left;
+            if left > 0 {
+                tracing::warn!(
+                    unacknowledged = left,
+                    "outputs still unacknowledged at the drain deadline; their offsets stay uncommitted"
+                );
+            }
+            break;
+        }
+        // Serve callbacks (rebalances) while waiting; partitions stay paused meanwhile.
+        let assignment = lp.clients.consumer.assignment()?;
+        lp.clients.consumer.pause(&assignment)?;
+        let _ = lp.clients.consumer.poll(Duration::from_millis(10));
+        lp.apply_group_changes()?;
+    }
+    lp.commit(&engine, CommitMode::Sync);
+    lp.clients.consumer.unsubscribe();
+    Ok(lp.summary)
+}

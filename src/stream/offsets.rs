@@ -1,0 +1,168 @@
+//! At-least-once offset bookkeeping for a Kafka consumer whose outputs are produced
+//! asynchronously.
+//!
+//! Per input partition the book knows the next offset to read and, as a multiset, the offsets
+//! whose outputs (scores, dead letters) were sent and not yet acknowledged. From these and
+//! what the engine still holds (window entries, events waiting for a first model) it derives
+//! the two numbers a commit carries:
+//! - **done**: every offset below it has all its outputs acknowledged. After a restart, a
+//!   message below `done` only rebuilds a window; it is not scored or dead-lettered again.
+//! - **commit**: `min(done, oldest offset the engine still holds)`, the offset a restarted
+//!   consumer resumes from, so the windows are re-read and nothing unanswered is skipped.
+//!
+//! Kafka keeps one offset per group and partition, so `done` is committed as the offset of a
+//! companion group (see [`crate::engine::kafka`]); commit metadata would do, but not every
+//! broker keeps it (tansu 0.6 drops it) and librdkafka skips a commit whose offset did not
+//! move even when its metadata did.
+
+use std::collections::BTreeMap;
+
+use super::Channel;
+
+/// One input partition: its channel (which names the topic) and partition number.
+pub type InputPartition = (Channel, i32);
+
+#[derive(Debug, Clone, Default)]
+struct PartitionBook {
+    /// One past the newest offset handled.
+    next: Option<i64>,
+    /// Offsets with outputs in flight, and how many.
+    in_flight: BTreeMap<i64, u32>,
+}
+
+/// See the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct OffsetBook {
+    partitions: BTreeMap<InputPartition, PartitionBook>,
+    in_flight: usize,
+}
+
+impl OffsetBook {
+    pub fn new() -> OffsetBook {
+        OffsetBook::default()
+    }
+
+    /// The message at `offset` was handed to the engine.
+    pub fn handled(&mut self, partition: InputPartition, offset: i64) {
+        let book = self.partitions.entry(partition).or_default();
+        let next = offset.saturating_add(1);
+        book.next = Some(book.next.map_or(next, |n| n.max(next)));
+    }
+
+    /// An output answering `offset` was sent.
+    pub fn sent(&mut self, partition: InputPartition, offset: i64) {
+        *self
+            .partitions
+            .entry(partition)
+            .or_default()
+            .in_flight
+            .entry(offset)
+            .or_insert(0) += 1;
+        self.in_flight += 1;
+    }
+
+    /// An output answering `offset` was acknowledged. Unknown acknowledgements are ignored.
+    pub fn acknowledged(&mut self, partition: InputPartition, offset: i64) {
+        let Some(book) = self.partitions.get_mut(&partition) else {
+            return;
+        };
+        if let Some(count) = book.in_flight.get_mut(&offset) {
+            *count -= 1;
+            if *count == 0 {
+                book.in_flight.remove(&offset);
+            }
+            self.in_flight -= 1;
+        }
+    }
+
+    /// One past the newest offset handled on `partition`.
+    pub fn next(&self, partition: InputPartition) -> Option<i64> {
+        self.partitions.get(&partition)?.next
+    }
+
+    /// Outputs sent and not yet acknowledged, over all partitions.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Every offset below the result has all its outputs acknowledged; `owed` is the oldest
+    /// offset whose output the engine has not even sent yet. `None` before the first message.
+    pub fn done(&self, partition: InputPartition, owed: Option<i64>) -> Option<i64> {
+        let book = self.partitions.get(&partition)?;
+        let mut done = book.next?;
+        if let Some((&oldest, _)) = book.in_flight.first_key_value() {
+            done = done.min(oldest);
+        }
+        if let Some(o) = owed {
+            done = done.min(o);
+        }
+        Some(done)
+    }
+
+    /// The offset to commit: [`OffsetBook::done`] lowered to `held`, the oldest offset the
+    /// engine still holds in a window. `None` before the first message.
+    pub fn commit_point(
+        &self,
+        partition: InputPartition,
+        owed: Option<i64>,
+        held: Option<i64>,
+    ) -> Option<i64> {
+        let done = self.done(partition, owed)?;
+        Some(held.map_or(done, |h| done.min(h)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const U0: InputPartition = (Channel::Unlabeled, 0);
+    const P0: InputPartition = (Channel::Positive, 0);
+
+    #[test]
+    fn commit_waits_for_acknowledgements_and_window_holds() {
+        let mut b = OffsetBook::new();
+        assert_eq!(b.commit_point(U0, None, None), None);
+        for offset in 10..15 {
+            b.handled(U0, offset);
+            b.sent(U0, offset);
+        }
+        assert_eq!(b.in_flight(), 5);
+        assert_eq!(b.done(U0, None), Some(10));
+        // Acknowledgements out of order: done moves only past a contiguous prefix.
+        b.acknowledged(U0, 12);
+        b.acknowledged(U0, 10);
+        assert_eq!(b.done(U0, None), Some(11));
+        b.acknowledged(U0, 11);
+        b.acknowledged(U0, 13);
+        assert_eq!(b.done(U0, None), Some(14));
+        b.acknowledged(U0, 14);
+        assert_eq!(b.done(U0, None), Some(15));
+        assert_eq!(b.in_flight(), 0);
+        // The window still holds offset 11: commit there, done stays.
+        assert_eq!(b.commit_point(U0, None, Some(11)), Some(11));
+        // An event waiting for a first model owes its output.
+        assert_eq!(b.done(U0, Some(13)), Some(13));
+        // Other partitions are independent.
+        assert_eq!(b.done(P0, None), None);
+        b.handled(P0, 3);
+        assert_eq!(b.commit_point(P0, None, Some(0)), Some(0));
+        assert_eq!(b.done(P0, None), Some(4));
+    }
+
+    #[test]
+    fn several_outputs_for_one_offset_all_count() {
+        let mut b = OffsetBook::new();
+        b.handled(U0, 7);
+        b.sent(U0, 7);
+        b.sent(U0, 7);
+        b.acknowledged(U0, 7);
+        assert_eq!(b.done(U0, None), Some(7));
+        b.acknowledged(U0, 7);
+        assert_eq!(b.done(U0, None), Some(8));
+        // A stray acknowledgement changes nothing.
+        b.acknowledged(U0, 7);
+        b.acknowledged((Channel::Negative, 4), 1);
+        assert_eq!((b.done(U0, None), b.in_flight()), (Some(8), 0));
+    }
+}
