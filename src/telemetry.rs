@@ -164,7 +164,10 @@ fn labelled_counter(
     label: &str,
     values: &[&str],
 ) -> Result<IntCounterVec, prometheus::Error> {
-    let counter = register(registry, IntCounterVec::new(Opts::new(name, help), &[label])?)?;
+    let counter = register(
+        registry,
+        IntCounterVec::new(Opts::new(name, help), &[label])?,
+    )?;
     for v in values {
         counter.with_label_values(&[v]);
     }

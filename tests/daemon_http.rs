@@ -1,12 +1,16 @@
 //! `neyman run` as a service: the HTTP API answers while and after the stream is replayed,
 //! `/metrics` passes promtool, and SIGTERM ends the process with exit 0 and nothing lost.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use std::io::Write;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::broker::free_port;
+use common::http::http;
 use neyman::stream::record::{Record, RecordReader, RecordWriter};
 use neyman::stream::Channel;
 use serde_json::Value;
@@ -16,36 +20,6 @@ const STREAM: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/data/streams/spambase.jsonl.gz"
 );
-
-/// One HTTP/1.1 request with `Connection: close`; (status, body).
-fn http(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut reply = String::new();
-    s.read_to_string(&mut reply)?;
-    let status = reply
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = reply
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 #[test]
 fn run_serves_http_and_stops_cleanly_on_sigterm() {

@@ -220,7 +220,7 @@ fn ensure_topics_creates_the_six_topics_once() {
 }
 
 #[test]
-fn run_with_the_kafka_source_is_refused_and_the_config_checks() {
+fn the_kafka_config_checks_and_a_run_without_a_broker_fails_clearly() {
     let config = kafka_config_path();
     let check = Command::new(env!("CARGO_BIN_EXE_neyman"))
         .args(["config", "check", &config])
@@ -236,16 +236,21 @@ fn run_with_the_kafka_source_is_refused_and_the_config_checks() {
         text.contains("bootstrap_servers = \"127.0.0.1:9092\""),
         "{text}"
     );
+    assert!(text.contains("commit_interval_ms = 1000"), "{text}");
+    // Nothing listens on the port: the topic check at start fails with exit 1 and says so.
+    let dir = tempfile::tempdir().expect("tempdir");
     let run = Command::new(env!("CARGO_BIN_EXE_neyman"))
         .args(["run", "--config", &config])
+        .env(
+            "NEYMAN_KAFKA_BOOTSTRAP_SERVERS",
+            format!("127.0.0.1:{}", common::broker::free_port()),
+        )
+        .env("NEYMAN_STATE_DIR", dir.path())
         .output()
         .expect("run");
-    assert_eq!(run.status.code(), Some(2));
+    assert_eq!(run.status.code(), Some(1));
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        err.contains("the Kafka source is not implemented yet"),
-        "{err}"
-    );
+    assert!(err.contains("kafka client"), "{err}");
 }
 
 fn kafka_section(broker: &Broker) -> neyman::config::KafkaConfig {

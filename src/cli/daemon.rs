@@ -111,12 +111,11 @@ struct Service {
 
 impl Service {
     fn new(config: &crate::config::Config) -> Result<Service, CliError> {
-        let admin_token =
-            admin_token(&config.http).map_err(|e| CliError::Usage(e.to_string()))?;
+        let admin_token = admin_token(&config.http).map_err(|e| CliError::Usage(e.to_string()))?;
         let prometheus = prometheus::Registry::new();
         let metrics = Metrics::new(&prometheus).map_err(runtime_error)?;
-        let store = ModelStore::open(&config.state.dir, config.state.keep_models)
-            .map_err(runtime_error)?;
+        let store =
+            ModelStore::open(&config.state.dir, config.state.keep_models).map_err(runtime_error)?;
         Ok(Service {
             prometheus,
             metrics,
@@ -264,11 +263,7 @@ fn daemon(
     let http = config.http.clone();
     let shutdown_timeout = config.log.shutdown_timeout.0;
     let limits = event_limits(&config);
-    let engine = service.engine(
-        config,
-        Box::new(FileOutputs::new(scores, dlq)),
-        !no_resume,
-    )?;
+    let engine = service.engine(config, Box::new(FileOutputs::new(scores, dlq)), !no_resume)?;
     let cancel = Arc::clone(&service.cancel);
     let state = service.app_state(&http, limits);
     let reader = RecordReader::open(&source).map_err(|e| CliError::file(&source, e))?;
@@ -296,9 +291,10 @@ fn daemon(
 /// commits and leaves the group. `[source] path` and `[output]` are not used.
 fn kafka_daemon(loaded: LoadedConfig, no_resume: bool, threads: usize) -> Result<(), CliError> {
     let config = loaded.config;
-    let kafka = config.kafka.clone().ok_or_else(|| {
-        CliError::Usage("source.kind = \"kafka\" needs a [kafka] section".into())
-    })?;
+    let kafka = config
+        .kafka
+        .clone()
+        .ok_or_else(|| CliError::Usage("source.kind = \"kafka\" needs a [kafka] section".into()))?;
     let service = Service::new(&config)?;
     let runtime = runtime(threads)?;
     let created = runtime.block_on(async {

@@ -281,11 +281,14 @@ impl Engine {
             Ok(e) => e,
             Err(rejection) => return self.reject(record, rejection),
         };
-        let origin = record.partition.zip(record.offset).map(|(partition, offset)| Origin {
-            channel,
-            partition,
-            offset,
-        });
+        let origin = record
+            .partition
+            .zip(record.offset)
+            .map(|(partition, offset)| Origin {
+                channel,
+                partition,
+                offset,
+            });
         match channel {
             Channel::Unlabeled => self.score_unlabeled(&event, origin)?,
             Channel::Negative => self.observe_feedback(&event),
@@ -383,7 +386,11 @@ impl Engine {
         Ok(())
     }
 
-    fn score_unlabeled(&mut self, event: &Event, origin: Option<Origin>) -> Result<(), EngineError> {
+    fn score_unlabeled(
+        &mut self,
+        event: &Event,
+        origin: Option<Origin>,
+    ) -> Result<(), EngineError> {
         let Some(model) = self.registry.active() else {
             let outcome = if self.pending.len() < self.config.scoring.buffer_before_model {
                 self.pending.push((event.clone(), origin));

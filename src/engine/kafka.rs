@@ -51,7 +51,9 @@ use crate::engine::daemon::{Engine, EngineError, TrainedRetrain};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::scoring::ScoreOutput;
 use crate::stream::dlq::DlqRecord;
-use crate::stream::kafka::{consumer_config, input_topics, producer_config, record_of, ConsumerRole};
+use crate::stream::kafka::{
+    consumer_config, input_topics, producer_config, record_of, ConsumerRole,
+};
 use crate::stream::offsets::{InputPartition, OffsetBook};
 use crate::stream::record::Record;
 use crate::stream::Channel;
@@ -254,7 +256,9 @@ type SharedSender = Arc<Mutex<Sender>>;
 
 fn lock(sender: &SharedSender) -> MutexGuard<'_, Sender> {
     // A panic while holding the lock leaves plain data behind; keep going with it.
-    sender.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    sender
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The engine's outputs as Kafka messages; see the module docs for their form.
@@ -367,10 +371,8 @@ struct GroupContext {
     done: BaseConsumer<DoneContext>,
 }
 
-/// Context of the `done` client: counts its commit results like the group's.
-struct DoneContext {
-    metrics: Metrics,
-}
+/// Context of the `done` client: its librdkafka logs go to tracing.
+struct DoneContext;
 
 impl ClientContext for DoneContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
@@ -378,30 +380,12 @@ impl ClientContext for DoneContext {
     }
 }
 
-impl ConsumerContext for DoneContext {
-    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
-        count_commit(&self.metrics, result);
-    }
-}
+impl ConsumerContext for DoneContext {}
 
-fn count_commit(metrics: &Metrics, result: KafkaResult<()>) {
-    match result {
-        Ok(()) => metrics.kafka_commits.inc(),
-        // librdkafka skips a commit whose offsets did not move: nothing failed.
-        Err(RdKafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-        Err(e) => {
-            metrics.kafka_commit_failures.inc();
-            tracing::warn!(error = %e, "offset commit failed");
-        }
-    }
-}
-
-/// Commits `points` (offsets to the group, `done` marks to the companion group).
-fn commit_both(
-    consumer: &BaseConsumer<GroupContext>,
-    points: &CommitPoints,
-    mode: CommitMode,
-) {
+/// Commits `points` synchronously (offsets to the group, `done` marks to the companion group)
+/// and counts the results. Synchronous because librdkafka reports nothing back for an
+/// asynchronous manual commit; [`Committer`] keeps that wait off the poll loop.
+fn commit_both(consumer: &BaseConsumer<GroupContext>, points: &CommitPoints) {
     if points.is_empty() {
         return;
     }
@@ -409,12 +393,59 @@ fn commit_both(
     let done = commit_list(points.iter().map(|(tp, (_, done))| (tp, *done)));
     let context = consumer.context();
     for (result, what) in [
-        (consumer.commit(&offsets, mode), "offsets"),
-        (context.done.commit(&done, mode), "done marks"),
+        (consumer.commit(&offsets, CommitMode::Sync), "offsets"),
+        (context.done.commit(&done, CommitMode::Sync), "done marks"),
     ] {
-        if let Err(e) = result {
-            context.metrics.kafka_commit_failures.inc();
-            tracing::warn!(error = %e, what, "commit failed");
+        match result {
+            Ok(()) => context.metrics.kafka_commits.inc(),
+            // librdkafka skips a commit whose offsets did not move: nothing failed.
+            Err(RdKafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => {
+                context.metrics.kafka_commit_failures.inc();
+                tracing::warn!(error = %e, what, "commit failed");
+            }
+        }
+    }
+}
+
+/// Commits on its own thread, newest points first: a slow broker delays commits, never the
+/// poll loop. A point computed just before a revocation may land after it; it is never
+/// ahead of what was delivered, so the next owner at worst re-reads a little more.
+struct Committer {
+    points: Option<mpsc::Sender<CommitPoints>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Committer {
+    fn start(consumer: Arc<BaseConsumer<GroupContext>>) -> std::io::Result<Committer> {
+        let (tx, rx) = mpsc::channel::<CommitPoints>();
+        let handle = std::thread::Builder::new()
+            .name("neyman-commit".into())
+            .spawn(move || {
+                while let Ok(mut points) = rx.recv() {
+                    while let Ok(newer) = rx.try_recv() {
+                        points = newer;
+                    }
+                    commit_both(&consumer, &points);
+                }
+            })?;
+        Ok(Committer {
+            points: Some(tx),
+            handle: Some(handle),
+        })
+    }
+
+    fn submit(&self, points: CommitPoints) {
+        if let Some(tx) = &self.points {
+            let _ = tx.send(points);
+        }
+    }
+
+    /// Waits for the commits already submitted.
+    fn stop(&mut self) {
+        self.points = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
         }
     }
 }
@@ -478,7 +509,7 @@ impl ConsumerContext for GroupContext {
                 .into_iter()
                 .filter(|(tp, _)| revoked.contains(tp))
                 .collect();
-            commit_both(consumer, &revoked_points, CommitMode::Sync);
+            commit_both(consumer, &revoked_points);
             self.changes
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -510,10 +541,6 @@ impl ConsumerContext for GroupContext {
             Rebalance::Revoke(_) => {}
         }
     }
-
-    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
-        count_commit(&self.metrics, result);
-    }
 }
 
 /// An assigned input partition.
@@ -527,7 +554,7 @@ struct Assigned {
 
 /// The clients [`run`] uses; [`connect`] makes them from `[kafka]`.
 pub struct KafkaClients {
-    consumer: BaseConsumer<GroupContext>,
+    consumer: Arc<BaseConsumer<GroupContext>>,
     sender: SharedSender,
     deliveries: mpsc::Receiver<Delivery>,
     topics: Topics,
@@ -544,18 +571,15 @@ pub fn connect(
 ) -> Result<(KafkaClients, KafkaOutputs), KafkaRunError> {
     let topics = Topics::of(k);
     let (reports, deliveries) = mpsc::channel();
-    let producer: ThreadedProducer<DeliveryContext> = producer_config(k).create_with_context(
-        DeliveryContext {
+    let producer: ThreadedProducer<DeliveryContext> =
+        producer_config(k).create_with_context(DeliveryContext {
             reports: Mutex::new(reports),
-        },
-    )?;
+        })?;
     let mut done_config: ClientConfig = consumer_config(k, ConsumerRole::Daemon);
     done_config.set("group.id", format!("{}.done", k.group_id));
     done_config.remove("group.instance.id");
     done_config.set("statistics.interval.ms", "0");
-    let done: BaseConsumer<DoneContext> = done_config.create_with_context(DoneContext {
-        metrics: metrics.clone(),
-    })?;
+    let done: BaseConsumer<DoneContext> = done_config.create_with_context(DoneContext)?;
     let context = GroupContext {
         metrics: metrics.clone(),
         changes: Mutex::new(Vec::new()),
@@ -576,7 +600,7 @@ pub fn connect(
         topics: topics.clone(),
     };
     let clients = KafkaClients {
-        consumer,
+        consumer: Arc::new(consumer),
         sender,
         deliveries,
         topics,
@@ -687,7 +711,11 @@ impl Loop {
     fn restoring(&self) -> bool {
         let sender = lock(&self.clients.sender);
         self.assigned.iter().any(|(ip, a)| match a.restore_until {
-            Some(done) => sender.book.next(*ip).or(a.committed).is_some_and(|n| n < done),
+            Some(done) => sender
+                .book
+                .next(*ip)
+                .or(a.committed)
+                .is_some_and(|n| n < done),
             None => false,
         })
     }
@@ -790,19 +818,18 @@ impl Loop {
         points
     }
 
-    fn commit(&mut self, engine: &Engine, mode: CommitMode) {
+    /// The current commit points, remembered for a revocation.
+    fn commit_points_now(&self, engine: &Engine) -> CommitPoints {
         let points = self.commit_points(engine);
-        tracing::debug!(?points, "committing (offset, done)");
-        commit_both(&self.clients.consumer, &points, mode);
-        *self
-            .clients
+        tracing::debug!(?points, "commit points (offset, done)");
+        self.clients
             .consumer
             .context()
             .commit_points
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = points;
-        // Serves the companion client's commit callbacks.
-        let _ = self.clients.consumer.context().done.poll(Duration::ZERO);
+            .unwrap_or_else(|p| p.into_inner())
+            .clone_from(&points);
+        points
     }
 }
 
@@ -873,6 +900,8 @@ pub fn run(
         summary: KafkaSummary::default(),
     };
     let mut trainer: Option<Trainer> = None;
+    let mut committer = Committer::start(Arc::clone(&lp.clients.consumer))
+        .map_err(|e| EngineError::Config(format!("cannot start the commit thread: {e}")))?;
     let mut last_commit = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         lp.drain_deliveries()?;
@@ -886,7 +915,9 @@ pub fn run(
             if let Some(job) = engine.due_retrain() {
                 match Trainer::start(job) {
                     Ok(t) => trainer = Some(t),
-                    Err(e) => engine.abandon_retrain(format!("cannot start a training thread: {e}")),
+                    Err(e) => {
+                        engine.abandon_retrain(format!("cannot start a training thread: {e}"))
+                    }
                 }
             }
         }
@@ -907,7 +938,7 @@ pub fn run(
             lp.handle(&mut engine, &record)?;
         }
         if last_commit.elapsed() >= lp.clients.commit_interval {
-            lp.commit(&engine, CommitMode::Async);
+            committer.submit(lp.commit_points_now(&engine));
             last_commit = Instant::now();
         }
     }
@@ -936,7 +967,8 @@ pub fn run(
         let _ = lp.clients.consumer.poll(Duration::from_millis(10));
         lp.apply_group_changes()?;
     }
-    lp.commit(&engine, CommitMode::Sync);
+    committer.stop();
+    commit_both(&lp.clients.consumer, &lp.commit_points_now(&engine));
     lp.clients.consumer.unsubscribe();
     Ok(lp.summary)
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+pub mod http;
 pub mod qp;
 
 // Not every test crate uses the QP helpers (tests/kafka.rs only needs the broker).

@@ -1,0 +1,584 @@
+//! `neyman run --config config/kafka.toml` against a real broker (tansu, one per test):
+//! round trip with dead letters, drain at SIGTERM with a second instance finishing, kill -9
+//! and restart from the committed offsets, and a member joining and leaving mid-stream.
+//! Needs `TANSU_BIN` (scripts/test.sh installs tansu and exports it).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::broker::{free_port, Broker};
+use common::http::{http, sample};
+use neyman::stream::{Channel, Record, RecordReader, RecordWriter};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_neyman");
+const STREAM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/streams/spambase.jsonl.gz"
+);
+const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/kafka.toml");
+/// Generous: debug builds on a busy 2-core machine train slowly, and tansu group joins take
+/// about 3 s each.
+const DEADLINE: Duration = Duration::from_secs(300);
+
+/// A `neyman run` process on `config/kafka.toml` with overrides through the documented
+/// environment variables; SIGKILLed on drop if still running.
+struct Daemon {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(broker: &Broker, state: &Path, env: &[(&str, &str)]) -> Daemon {
+        let port = free_port();
+        std::fs::create_dir_all(state).expect("state dir");
+        let log = state.join(format!("daemon-{port}.log"));
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--config", CONFIG])
+            .env("NEYMAN_KAFKA_BOOTSTRAP_SERVERS", broker.bootstrap())
+            .env("NEYMAN_STATE_DIR", state)
+            .env("NEYMAN_HTTP_LISTEN", format!("127.0.0.1:{port}"))
+            .env("NEYMAN_LOG_FORMAT", "json")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn neyman run");
+        Daemon { child, port, log }
+    }
+
+    fn metrics(&self) -> String {
+        http(self.port, "GET", "/metrics", "")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {signal}");
+    }
+
+    /// SIGTERM, then the exit status within 60 s.
+    fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        self.signal("-TERM");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return (status, self.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no exit 60 s after SIGTERM:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until `done(metrics text)` holds; panics with the log after `DEADLINE`.
+    fn wait_for(&mut self, what: &str, done: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if done(&self.metrics()) {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                panic!(
+                    "daemon exited ({status}) waiting for {what}:\n{}",
+                    self.log_text()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sum of a counter over the label sets containing `labels`.
+fn total(metrics: &str, family: &str, labels: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(family) && l.contains(labels))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// The first `n` records of the bundled spambase stream.
+fn stream(n: usize) -> Vec<Record> {
+    RecordReader::open(Path::new(STREAM))
+        .expect("bundled stream")
+        .take(n)
+        .collect::<Result<_, _>>()
+        .expect("records")
+}
+
+/// Publishes `records` with `neyman replay --to-kafka` (which creates the topics).
+fn publish(broker: &Broker, dir: &Path, records: &[Record], env: &[(&str, &str)]) {
+    let file = dir.join(format!("publish-{}.jsonl", free_port()));
+    let mut w = RecordWriter::create(&file).expect("create");
+    for r in records {
+        w.write(r).expect("write");
+    }
+    w.finish().expect("finish");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["replay", file.to_str().expect("utf-8"), "--to-kafka"])
+        .args(["--config", CONFIG])
+        .env("NEYMAN_KAFKA_BOOTSTRAP_SERVERS", broker.bootstrap())
+        .env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("replay --to-kafka");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One message read back from a topic.
+#[derive(Debug, Clone)]
+struct Read {
+    partition: i32,
+    offset: i64,
+    key: String,
+    payload: Vec<u8>,
+    headers: BTreeMap<String, String>,
+}
+
+/// Every message of `topic` (all partitions, from the beginning): reads until messages with
+/// `expected` distinct keys arrived and nothing new came for 2 s, or `DEADLINE`.
+fn read_topic(broker: &Broker, topic: &str, expected: usize) -> Vec<Read> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", format!("reader-{}", free_port()))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("reader");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .expect("metadata");
+    let mut tpl = TopicPartitionList::new();
+    for p in metadata.topics()[0].partitions() {
+        tpl.add_partition_offset(topic, p.id(), Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let mut keys = BTreeSet::new();
+    let deadline = Instant::now() + DEADLINE;
+    let mut quiet_since = Instant::now();
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let headers = m
+                    .headers()
+                    .map(|hs| {
+                        hs.iter()
+                            .map(|h| {
+                                (
+                                    h.key.to_string(),
+                                    String::from_utf8_lossy(h.value.unwrap_or_default())
+                                        .into_owned(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let key = String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned();
+                keys.insert(key.clone());
+                out.push(Read {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key,
+                    payload: m.payload().unwrap_or_default().to_vec(),
+                    headers,
+                });
+                quiet_since = Instant::now();
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None if keys.len() >= expected && quiet_since.elapsed() > Duration::from_secs(2) => {
+                break
+            }
+            None => {}
+        }
+    }
+    out
+}
+
+/// The committed offset of `group` on each partition of `topic` (absent: none committed).
+fn committed(broker: &Broker, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", group)
+        .create()
+        .expect("client");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let got = consumer
+        .committed_offsets(tpl, Duration::from_secs(30))
+        .expect("committed offsets");
+    got.elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// (partition, offset) of every unlabeled input message, by key.
+fn inputs(broker: &Broker, expected: usize) -> HashMap<(i32, i64), String> {
+    read_topic(broker, "neyman.unlabeled", expected)
+        .into_iter()
+        .map(|m| ((m.partition, m.offset), m.key))
+        .collect()
+}
+
+/// The input position a score answers, from its headers.
+fn source_of(score: &Read) -> (i32, i64) {
+    let h = |k: &str| {
+        score
+            .headers
+            .get(k)
+            .unwrap_or_else(|| panic!("score {} without header {k}", score.key))
+            .parse()
+            .expect("number")
+    };
+    assert_eq!(
+        score.headers.get("source_topic").map(String::as_str),
+        Some("neyman.unlabeled")
+    );
+    (h("source_partition") as i32, h("source_offset"))
+}
+
+fn count(records: &[Record], channel: Channel) -> usize {
+    records.iter().filter(|r| r.channel == channel).count()
+}
+
+/// Linear τ-FPL trains in well under a second even in a debug build; the USMO default of
+/// `config/kafka.toml` is exercised by the round trip.
+const FAST: [(&str, &str); 2] = [
+    ("NEYMAN_MODEL_ALGORITHM", "tfpl"),
+    ("NEYMAN_MODEL_KERNEL", "linear"),
+];
+
+#[test]
+fn round_trip_scores_every_unlabeled_event_once_and_dead_letters_the_bad_ones() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut records = stream(2500);
+    // Bad messages on two channels: not JSON, and a wrong dimension after the lock.
+    let last_ts = records.last().map_or(0, |r| r.ts);
+    let mut bad_json = Record::new(
+        Channel::Unlabeled,
+        last_ts,
+        Some("bad-1".into()),
+        b"{not json".to_vec(),
+    );
+    bad_json.headers = vec![("origin".into(), "test".into())];
+    records.insert(700, bad_json);
+    records.insert(
+        900,
+        Record::new(
+            Channel::Positive,
+            last_ts,
+            Some("bad-2".into()),
+            br#"{"id":"bad-2","ts":1,"x":[1.0,2.0]}"#.to_vec(),
+        ),
+    );
+    publish(&broker, dir.path(), &records, &[]);
+    let unlabeled = count(&records, Channel::Unlabeled) - 1;
+
+    let mut daemon = Daemon::start(&broker, &dir.path().join("state"), &[]);
+    daemon.wait_for("every unlabeled event scored", |m| {
+        total(m, "neyman_events_total", "outcome=\"scored\"") >= unlabeled as f64
+    });
+    let scores = read_topic(&broker, "neyman.scores", unlabeled);
+    let dead = read_topic(&broker, "neyman.dlq", 2);
+    let metrics = daemon.metrics();
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "{status}\n{log}");
+
+    // Exactly one score per valid unlabeled event, keyed by its id, pointing at its offset.
+    let input = inputs(&broker, unlabeled + 1);
+    assert_eq!(
+        scores.len(),
+        unlabeled,
+        "one score per valid unlabeled event"
+    );
+    let mut seen = BTreeSet::new();
+    for s in &scores {
+        let source = source_of(s);
+        assert_eq!(input.get(&source), Some(&s.key), "score {} source", s.key);
+        assert!(seen.insert(source), "score for {source:?} twice");
+        let body: Value = serde_json::from_slice(&s.payload).expect("score JSON");
+        assert_eq!(body["id"], Value::String(s.key.clone()));
+        assert_eq!(body["status"], "scored");
+        let version = s
+            .headers
+            .get("model_version")
+            .expect("model_version header");
+        assert_eq!(body["model_version"].to_string(), *version);
+        assert!(body["score"].is_f64() && body["flagged"].is_boolean());
+    }
+    // Dead letters: original key, payload and headers, plus the Connect-style context.
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    let bad1 = dead.iter().find(|d| d.key == "bad-1").expect("bad-1");
+    assert_eq!(bad1.payload, b"{not json");
+    assert_eq!(bad1.headers["origin"], "test");
+    assert_eq!(bad1.headers["__connect.errors.topic"], "neyman.unlabeled");
+    assert_eq!(bad1.headers["__connect.errors.partition"], "0");
+    assert_eq!(
+        bad1.headers["__connect.errors.exception.class.name"],
+        "invalid_json"
+    );
+    let bad1_offset: i64 = bad1.headers["__connect.errors.offset"]
+        .parse()
+        .expect("offset");
+    assert_eq!(
+        input.get(&(0, bad1_offset)).map(String::as_str),
+        Some("bad-1")
+    );
+    let bad2 = dead.iter().find(|d| d.key == "bad-2").expect("bad-2");
+    assert_eq!(bad2.headers["__connect.errors.topic"], "neyman.positive");
+    assert_eq!(
+        bad2.headers["__connect.errors.exception.class.name"],
+        "dimension_mismatch"
+    );
+    assert_eq!(
+        sample(&metrics, "neyman_dlq_events_total{reason=\"invalid_json\"}"),
+        Some(1.0)
+    );
+    assert!(sample(&metrics, "neyman_kafka_commits_total").unwrap_or(0.0) >= 1.0);
+    assert_eq!(
+        sample(&metrics, "neyman_kafka_in_flight_messages"),
+        Some(0.0)
+    );
+    // At shutdown: the group's offset is the window's low watermark (the windows hold every
+    // event), and the done mark is past the last unlabeled message.
+    let end = (unlabeled + 1) as i64;
+    assert_eq!(
+        committed(&broker, "neyman", "neyman.unlabeled", 1).get(&0),
+        Some(&0)
+    );
+    assert_eq!(
+        committed(&broker, "neyman.done", "neyman.unlabeled", 1).get(&0),
+        Some(&end)
+    );
+}
+
+/// Every unlabeled input offset is answered by some score; returns how many inputs were
+/// answered more than once.
+fn assert_every_input_scored(input: &HashMap<(i32, i64), String>, scores: &[Read]) -> usize {
+    let mut answered: HashMap<(i32, i64), usize> = HashMap::new();
+    for s in scores {
+        let source = source_of(s);
+        assert_eq!(input.get(&source), Some(&s.key), "score {} source", s.key);
+        *answered.entry(source).or_default() += 1;
+    }
+    let missing: Vec<_> = input.keys().filter(|k| !answered.contains_key(k)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} unlabeled offsets never scored, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    answered.values().filter(|&&n| n > 1).count()
+}
+
+#[test]
+fn sigterm_mid_stream_drains_and_a_second_instance_finishes_the_stream() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let records = stream(4601);
+    publish(&broker, dir.path(), &records, &[]);
+    let unlabeled = count(&records, Channel::Unlabeled);
+
+    // The first instance stops once a model scores, well before the end of the stream.
+    let mut first = Daemon::start(&broker, &dir.path().join("a"), &FAST);
+    first.wait_for("a few hundred scores", |m| {
+        total(m, "neyman_events_total", "outcome=\"scored\"") >= 300.0
+    });
+    let (status, log) = first.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    assert!(log.contains("kafka source stopped"), "{log}");
+
+    // A second instance (its own state) joins the group and finishes.
+    let mut second = Daemon::start(&broker, &dir.path().join("b"), &FAST);
+    second.wait_for("the rest scored", |m| {
+        let scored = total(m, "neyman_events_total", "outcome=\"scored\"")
+            + total(m, "neyman_events_total", "outcome=\"unscored\"");
+        let restored = total(
+            m,
+            "neyman_events_total",
+            "channel=\"unlabeled\",outcome=\"restored\"",
+        );
+        scored + restored >= unlabeled as f64
+    });
+    let scores = read_topic(&broker, "neyman.scores", unlabeled);
+    let (status, log) = second.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    let duplicates = assert_every_input_scored(&inputs(&broker, unlabeled), &scores);
+    eprintln!(
+        "drain: {} scores for {unlabeled} inputs, {duplicates} answered twice",
+        scores.len()
+    );
+    // The first instance drained its outputs and committed its done marks before leaving:
+    // the second re-reads the windows but answers only what was never answered.
+    assert_eq!(duplicates, 0, "a clean SIGTERM leaves no duplicates");
+    assert_eq!(scores.len(), unlabeled);
+}
+
+#[test]
+fn kill_9_then_restart_resumes_from_the_committed_offsets_with_the_same_windows() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let records = stream(4601);
+    let (before, after) = records.split_at(3000);
+    publish(&broker, dir.path(), before, &[]);
+    let unlabeled_before = count(before, Channel::Unlabeled);
+    let state = dir.path().join("state");
+
+    let mut daemon = Daemon::start(&broker, &state, &FAST);
+    daemon.wait_for("the first part handled and a model active", |m| {
+        let scored = total(m, "neyman_events_total", "outcome=\"scored\"");
+        scored >= unlabeled_before as f64 && sample(m, "neyman_model_version").unwrap_or(0.0) >= 1.0
+    });
+    // Let at least one commit pass, then kill without warning.
+    std::thread::sleep(Duration::from_millis(2500));
+    let metrics = daemon.metrics();
+    let windows: Vec<f64> = ["positive", "unlabeled", "negative"]
+        .iter()
+        .map(|c| {
+            sample(
+                &metrics,
+                &format!("neyman_window_events{{channel=\"{c}\"}}"),
+            )
+            .unwrap_or(-1.0)
+        })
+        .collect();
+    daemon.signal("-KILL");
+    drop(daemon);
+
+    // Restarted on the same state: the windows are rebuilt from the committed offsets before
+    // anything new arrives, and the first retrain trains on them.
+    let mut restarted = Daemon::start(&broker, &state, &FAST);
+    restarted.wait_for("the windows restored", |m| {
+        ["positive", "unlabeled", "negative"]
+            .iter()
+            .zip(&windows)
+            .all(|(c, w)| {
+                sample(m, &format!("neyman_window_events{{channel=\"{c}\"}}")) == Some(*w)
+            })
+    });
+    restarted.wait_for("a retrain on the restored windows", |m| {
+        sample(m, "neyman_retrains_total{result=\"swapped\"}").unwrap_or(0.0)
+            + sample(m, "neyman_retrains_total{result=\"rejected\"}").unwrap_or(0.0)
+            >= 1.0
+    });
+    let restored_log = restarted.log_text();
+    assert!(
+        restored_log.contains("re-reading the window"),
+        "{restored_log}"
+    );
+    let (_, model) = http(restarted.port, "GET", "/v1/model", "").expect("GET /v1/model");
+    let model: Value = serde_json::from_str(&model).expect("model JSON");
+    assert_eq!(
+        model["window_sizes"]["positive"].as_f64(),
+        Some(windows[0]),
+        "{model}"
+    );
+    assert_eq!(
+        model["window_sizes"]["negative"].as_f64(),
+        Some(windows[2]),
+        "{model}"
+    );
+
+    // The rest of the stream: every unlabeled offset answered, duplicates bounded by what
+    // was unanswered at the kill (at most one commit interval's worth).
+    publish(&broker, dir.path(), after, &[]);
+    let unlabeled = count(&records, Channel::Unlabeled);
+    restarted.wait_for("the rest scored", |m| {
+        total(m, "neyman_events_total", "outcome=\"scored\"")
+            >= (unlabeled - unlabeled_before) as f64
+    });
+    let scores = read_topic(&broker, "neyman.scores", unlabeled);
+    let (status, log) = restarted.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    let duplicates = assert_every_input_scored(&inputs(&broker, unlabeled), &scores);
+    eprintln!(
+        "kill -9: {} scores for {unlabeled} inputs, {duplicates} answered twice",
+        scores.len()
+    );
+    assert!(duplicates <= unlabeled_before, "{duplicates}");
+}
+
+#[test]
+fn a_member_joining_and_leaving_mid_stream_loses_no_offset() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let four = [("NEYMAN_KAFKA_PARTITIONS", "4")];
+    let records = stream(4601);
+    publish(&broker, dir.path(), &records, &four);
+    let unlabeled = count(&records, Channel::Unlabeled);
+    let env = [FAST[0], FAST[1], four[0]];
+
+    let mut a = Daemon::start(&broker, &dir.path().join("a"), &env);
+    a.wait_for("the first scores", |m| {
+        total(m, "neyman_events_total", "outcome=\"scored\"") >= 1.0
+    });
+    let mut b = Daemon::start(&broker, &dir.path().join("b"), &env);
+    b.wait_for("b assigned partitions", |m| {
+        sample(m, "neyman_kafka_rebalances_total{kind=\"assign\"}").unwrap_or(0.0) >= 1.0
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, log) = b.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    a.wait_for("a took the partitions back", |m| {
+        sample(m, "neyman_kafka_rebalances_total{kind=\"assign\"}").unwrap_or(0.0) >= 2.0
+    });
+    let scores = read_topic(&broker, "neyman.scores", unlabeled);
+    let metrics = a.metrics();
+    let (status, log) = a.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    let duplicates = assert_every_input_scored(&inputs(&broker, unlabeled), &scores);
+    eprintln!(
+        "rebalance: {} scores for {unlabeled} inputs, {duplicates} answered twice; a: {} rebalances",
+        scores.len(),
+        total(&metrics, "neyman_kafka_rebalances_total", "kind=")
+    );
+}
