@@ -61,6 +61,8 @@ use crate::telemetry::Metrics;
 
 /// How long one poll waits for a message; also the loop's reaction time to a stop.
 const POLL: Duration = Duration::from_millis(50);
+/// Pause before sending failed deliveries again.
+const RESEND_BACKOFF: Duration = Duration::from_millis(500);
 /// Deadline of a committed-offsets lookup after an assignment.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -194,8 +196,12 @@ fn log_librdkafka(client: &str, level: RDKafkaLogLevel, fac: &str, message: &str
 struct Sender {
     producer: ThreadedProducer<DeliveryContext>,
     book: OffsetBook,
-    /// Sends librdkafka refused because its queue was full, in order; retried by the loop.
+    /// Sends librdkafka refused because its queue was full, and failed deliveries, in order;
+    /// retried by the loop.
     backlog: VecDeque<Outgoing>,
+    /// After a failed delivery the backlog waits until then: a broker that is down is not
+    /// hammered with resends.
+    retry_at: Option<Instant>,
 }
 
 impl Sender {
@@ -232,8 +238,18 @@ impl Sender {
         self.producer.send(record).map_err(|(e, _)| e)
     }
 
-    /// Retries refused sends in order until librdkafka refuses again.
+    /// Queues a failed delivery to be sent again after [`RESEND_BACKOFF`].
+    fn resend_later(&mut self, out: Outgoing) {
+        self.backlog.push_back(out);
+        self.retry_at = Some(Instant::now() + RESEND_BACKOFF);
+    }
+
+    /// Retries queued sends in order until librdkafka refuses again.
     fn drain_backlog(&mut self) -> Result<(), OutputError> {
+        if self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return Ok(());
+        }
+        self.retry_at = None;
         while let Some(out) = self.backlog.front() {
             match self.try_send(out) {
                 Ok(()) => {
@@ -594,6 +610,7 @@ pub fn connect(
         producer,
         book: OffsetBook::new(),
         backlog: VecDeque::new(),
+        retry_at: None,
     }));
     let outputs = KafkaOutputs {
         sender: Arc::clone(&sender),
@@ -744,6 +761,7 @@ impl Loop {
     /// Applies delivery reports: acknowledgements free offsets, failures are sent again.
     fn drain_deliveries(&mut self) -> Result<(), KafkaRunError> {
         let mut sender = lock(&self.clients.sender);
+        let mut failed: BTreeMap<String, (u64, String)> = BTreeMap::new();
         while let Ok(report) = self.clients.deliveries.try_recv() {
             match report {
                 Delivery::Acknowledged((ip, offset)) => sender.book.acknowledged(ip, offset),
@@ -752,10 +770,16 @@ impl Loop {
                         .kafka_produce_errors
                         .with_label_values(&[&message.topic])
                         .inc();
-                    tracing::warn!(topic = %message.topic, %error, "delivery failed; sending again");
-                    sender.send(message).map_err(EngineError::from)?;
+                    let f = failed.entry(message.topic.clone()).or_default();
+                    f.0 += 1;
+                    f.1 = error;
+                    sender.resend_later(message);
                 }
             }
+        }
+        // One line per topic and batch, not per message: an outage fails thousands at once.
+        for (topic, (count, error)) in failed {
+            tracing::warn!(%topic, count, last_error = %error, "deliveries failed; sending them again");
         }
         sender.drain_backlog().map_err(EngineError::from)?;
         self.metrics
