@@ -622,6 +622,14 @@ pub struct KafkaConfig {
     /// is slow or down.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// `both` (default), `trainer` or `scorer`: see the README's scale-out section.
+    #[serde(default)]
+    pub role: Role,
+    /// Largest model message (compressed) the trainer publishes to `topics.models`; the topic
+    /// is created with this `max.message.bytes` and the producer allows it. A larger model is
+    /// not published (an error naming both sizes, and a counter). Default 64 MiB.
+    #[serde(default = "default_model_max_bytes")]
+    pub model_max_bytes: usize,
     /// Other librdkafka properties, passed through as written (e.g. `"fetch.queue.backoff.ms"
     /// = "10"`). Keys the fields above own are refused, so a value is never set twice.
     #[serde(default)]
@@ -680,6 +688,31 @@ impl Default for KafkaTopics {
             scores: default_topic_scores(),
             dlq: default_topic_dlq(),
             models: default_topic_models(),
+        }
+    }
+}
+
+/// What one daemon does in a scaled-out deployment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Trains and scores (one process, or several sharing the partitions).
+    #[default]
+    Both,
+    /// Consumes the training channels in group `<group_id>.trainer`, trains, and publishes
+    /// each accepted model to `topics.models`; scores nothing.
+    Trainer,
+    /// Shares the `unlabeled` partitions with the other scorers of `group_id` and scores with
+    /// the newest model read from `topics.models`; never trains.
+    Scorer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Both => "both",
+            Role::Trainer => "trainer",
+            Role::Scorer => "scorer",
         }
     }
 }
@@ -774,6 +807,9 @@ fn default_commit_interval_ms() -> u32 {
 fn default_max_in_flight() -> usize {
     20_000
 }
+fn default_model_max_bytes() -> usize {
+    64 << 20
+}
 fn default_partitions() -> i32 {
     1
 }
@@ -818,6 +854,8 @@ impl KafkaConfig {
             replication_factor: default_replication_factor(),
             commit_interval_ms: default_commit_interval_ms(),
             max_in_flight: default_max_in_flight(),
+            role: Role::default(),
+            model_max_bytes: default_model_max_bytes(),
             librdkafka: BTreeMap::new(),
         }
     }
@@ -970,6 +1008,13 @@ impl KafkaConfig {
         }
         if self.max_in_flight == 0 {
             return bad("max_in_flight", "must be ≥ 1".into());
+        }
+        // librdkafka's message.max.bytes ceiling, less room for the record framing.
+        if self.model_max_bytes < 1024 || self.model_max_bytes > 999_000_000 {
+            return bad(
+                "model_max_bytes",
+                format!("must be in 1024..=999000000, got {}", self.model_max_bytes),
+            );
         }
         for key in self.librdkafka.keys() {
             if KAFKA_OWNED_PROPERTIES.contains(&key.as_str()) {

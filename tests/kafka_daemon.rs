@@ -582,3 +582,139 @@ fn a_member_joining_and_leaving_mid_stream_loses_no_offset() {
         total(&metrics, "neyman_kafka_rebalances_total", "kind=")
     );
 }
+
+/// A positive-unlabeled stream of `dim`-dimensional events (no negatives): `positives`
+/// labelled positives, then `unlabeled` events of which a share `prior` are positives.
+/// Positives are shifted by +1 in the first 20 coordinates; the rest is uniform noise in
+/// [-1, 1] (xorshift, seeded), so support vectors do not compress.
+fn pu_stream(dim: usize, positives: usize, unlabeled: usize, prior: f64) -> Vec<Record> {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut out = Vec::new();
+    for i in 0..positives + unlabeled {
+        let (channel, positive) = if i < positives {
+            (Channel::Positive, true)
+        } else {
+            (Channel::Unlabeled, uniform() < prior)
+        };
+        let x: Vec<String> = (0..dim)
+            .map(|j| {
+                let shift = if positive && j < 20 { 1.0 } else { 0.0 };
+                format!("{:.6}", 2.0 * uniform() - 1.0 + shift)
+            })
+            .collect();
+        let id = format!("e{i}");
+        let ts = 1_767_225_600_000 + i as i64;
+        let payload = format!("{{\"id\":\"{id}\",\"ts\":{ts},\"x\":[{}]}}", x.join(","));
+        out.push(Record::new(channel, ts, Some(id), payload.into_bytes()));
+    }
+    out
+}
+
+#[test]
+fn a_trainer_publishes_a_large_model_and_a_scorer_takes_over_from_a_killed_one() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let four = [("NEYMAN_KAFKA_PARTITIONS", "4")];
+    let records = pu_stream(240, 300, 3000, 0.38);
+    let (first, second) = records.split_at(300 + 1500);
+    publish(&broker, dir.path(), first, &four);
+    let unlabeled = count(&records, Channel::Unlabeled);
+
+    let trainer = Daemon::start(
+        &broker,
+        &dir.path().join("trainer"),
+        &[four[0], ("NEYMAN_KAFKA_ROLE", "trainer")],
+    );
+    let scorer = [("NEYMAN_KAFKA_ROLE", "scorer"), four[0]];
+    let mut a = Daemon::start(&broker, &dir.path().join("a"), &scorer);
+    let mut b = Daemon::start(&broker, &dir.path().join("b"), &scorer);
+    // Both scorers install the trainer's model from the models topic and share the first half.
+    for s in [&mut a, &mut b] {
+        s.wait_for("a model from the trainer", |m| {
+            sample(m, "neyman_model_version").unwrap_or(0.0) >= 1.0
+        });
+    }
+    let models = read_topic(&broker, "neyman.models", 1);
+    let largest = models.iter().map(|m| m.payload.len()).max().unwrap_or(0);
+    eprintln!(
+        "scale-out: {} model message(s), largest {largest} bytes",
+        models.len()
+    );
+    assert!(
+        largest > 1 << 20,
+        "the model message is over 1 MiB: {largest}"
+    );
+    let half = count(first, Channel::Unlabeled) as f64;
+    let scored = |d: &Daemon| total(&d.metrics(), "neyman_events_total", "outcome=\"scored\"");
+    let deadline = Instant::now() + DEADLINE;
+    while scored(&a) + scored(&b) < half {
+        assert!(Instant::now() < deadline, "first half not scored");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        scored(&a) > 0.0 && scored(&b) > 0.0,
+        "both scorers share the partitions"
+    );
+    // Kill one scorer; the other takes its partitions over and scores the second half.
+    std::thread::sleep(Duration::from_millis(2500));
+    b.signal("-KILL");
+    drop(b);
+    publish(&broker, dir.path(), second, &four);
+    let scores = read_topic(&broker, "neyman.scores", unlabeled);
+    let metrics_a = a.metrics();
+    let (status, log) = a.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    let (status, log) = trainer.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    let duplicates = assert_every_input_scored(&inputs(&broker, unlabeled), &scores);
+    eprintln!(
+        "scale-out: {} scores for {unlabeled} inputs, {duplicates} answered twice; a scored {}",
+        scores.len(),
+        total(&metrics_a, "neyman_events_total", "outcome=\"scored\"")
+    );
+    // Every score carries a version the trainer published.
+    let published: BTreeSet<String> = read_topic(&broker, "neyman.models", 1)
+        .iter()
+        .filter_map(|m| m.headers.get("model_version").cloned())
+        .collect();
+    for s in &scores {
+        let v = s.headers.get("model_version").expect("scored with a model");
+        assert!(published.contains(v), "version {v} not in {published:?}");
+    }
+}
+
+#[test]
+fn a_model_over_model_max_bytes_is_not_published_and_is_counted() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    publish(&broker, dir.path(), &pu_stream(240, 300, 1500, 0.38), &[]);
+    let mut trainer = Daemon::start(
+        &broker,
+        &dir.path().join("trainer"),
+        &[
+            ("NEYMAN_KAFKA_ROLE", "trainer"),
+            ("NEYMAN_KAFKA_MODEL_MAX_BYTES", "200000"),
+        ],
+    );
+    trainer.wait_for("a refused publication", |m| {
+        sample(
+            m,
+            "neyman_kafka_model_publish_failures_total{reason=\"oversize\"}",
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+    });
+    let (status, log) = trainer.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    assert!(
+        log.contains("larger than kafka.model_max_bytes") && log.contains("\"max\":200000"),
+        "{log}"
+    );
+    assert!(!log.contains("model published"), "{log}");
+}

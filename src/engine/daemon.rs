@@ -139,6 +139,11 @@ pub struct Engine {
     inline_retrain: bool,
     /// A deferred retrain is running; no second one starts meanwhile.
     training: bool,
+    /// Windows and retrains (off for a scorer).
+    trains: bool,
+    /// Scores unlabeled events and dead-letters bad ones (off for a trainer: the scorers own
+    /// the unlabeled channel's outputs).
+    scores: bool,
 }
 
 fn channel_index(c: Channel) -> usize {
@@ -199,6 +204,8 @@ impl Engine {
             cancel,
             inline_retrain: true,
             training: false,
+            trains: true,
+            scores: true,
         };
         if resume {
             engine.resume()?;
@@ -248,6 +255,11 @@ impl Engine {
         fnv1a64(format!("{text}|{n_features}").as_bytes())
     }
 
+    /// The model that scores now.
+    pub fn active(&self) -> Option<Arc<StoredModel>> {
+        self.registry.active()
+    }
+
     /// The locked feature dimension, if any.
     pub fn dimension(&self) -> Option<usize> {
         self.dim
@@ -257,6 +269,15 @@ impl Engine {
     /// [`Engine::handle`].
     pub fn defer_retrains(&mut self) {
         self.inline_retrain = false;
+    }
+
+    /// What this engine does: `Both` (default), `Trainer` (windows and retrains; unlabeled
+    /// events are windowed, not scored) or `Scorer` (scores with models handed to
+    /// [`Engine::install_remote`]; no windows, no retrains).
+    pub fn set_role(&mut self, role: crate::config::Role) {
+        use crate::config::Role;
+        self.trains = role != Role::Scorer;
+        self.scores = role != Role::Trainer;
     }
 
     /// Parses a message and locks the dimension on the first valid one.
@@ -290,9 +311,12 @@ impl Engine {
                 offset,
             });
         match channel {
-            Channel::Unlabeled => self.score_unlabeled(&event, origin)?,
+            Channel::Unlabeled if self.scores => self.score_unlabeled(&event, origin)?,
             Channel::Negative => self.observe_feedback(&event),
-            Channel::Positive => {}
+            Channel::Unlabeled | Channel::Positive => {}
+        }
+        if !self.trains {
+            return Ok(());
         }
         let entry = entry_of(event, record);
         let window = &mut self.windows[channel_index(channel)];
@@ -327,6 +351,9 @@ impl Engine {
     /// if it is valid, and nothing is scored, dead-lettered or counted as new for the retrain
     /// schedule. Counted as outcome `restored`.
     pub fn restore(&mut self, record: &Record) {
+        if !self.trains {
+            return;
+        }
         let Ok(event) = self.parse(record) else {
             return;
         };
@@ -374,6 +401,9 @@ impl Engine {
             .events
             .with_label_values(&[record.channel.as_str(), "rejected"])
             .inc();
+        if record.channel == Channel::Unlabeled && !self.scores {
+            return Ok(());
+        }
         self.outputs
             .dead_letter(&DlqRecord::new(record.clone(), rejection))?;
         Ok(())
@@ -490,6 +520,9 @@ impl Engine {
     }
 
     fn retrain_due(&self) -> bool {
+        if !self.trains {
+            return false;
+        }
         let r = &self.config.retrain;
         let [p, u, _] = &self.windows;
         if p.len() < r.min_positive || u.len() < r.min_unlabeled {
@@ -741,6 +774,51 @@ impl Engine {
         RetrainOutcome::Swapped { version }
     }
 
+    /// Installs a model a trainer published (scorer role): it must be trained under this
+    /// configuration and dimension, newer than the active one, finite, and pass the gate's
+    /// data-free checks ([`Engine::certify`]). Events waiting for a first model are scored.
+    /// Returns the version installed, or why not.
+    pub fn install_remote(&mut self, stored: StoredModel) -> Result<u64, String> {
+        let n = stored.meta.n_features;
+        if let Some(d) = self.dim.filter(|&d| d != n) {
+            return Err(format!("it has {n} features, the stream {d}"));
+        }
+        if stored.meta.config_fingerprint != self.fingerprint(n) {
+            return Err(format!(
+                "trained under another [model] configuration (fingerprint {:016x}, here {:016x})",
+                stored.meta.config_fingerprint,
+                self.fingerprint(n)
+            ));
+        }
+        if let Some(active) = self.registry.active() {
+            if stored.meta.version <= active.meta.version {
+                return Err(format!(
+                    "version {} is not newer than the active {}",
+                    stored.meta.version, active.meta.version
+                ));
+            }
+        }
+        let e = stored.model.expansion();
+        let threshold_finite = stored
+            .model
+            .threshold()
+            .is_some_and(|t| t.threshold.is_finite());
+        if !(e.coef.iter().all(|c| c.is_finite()) && e.bias.is_finite() && threshold_finite) {
+            return Err("non-finite coefficients or threshold".into());
+        }
+        if let Some((reason, detail)) = self.certify(&stored.model) {
+            return Err(format!("{}: {detail}", reason.as_str()));
+        }
+        let version = stored.meta.version;
+        if self.dim.is_none() {
+            self.dim = Some(n);
+        }
+        stored.publish(&self.metrics);
+        self.registry.install(stored);
+        self.flush_pending().map_err(|e| e.to_string())?;
+        Ok(version)
+    }
+
     /// Scores the events buffered before the first model, in arrival order.
     fn flush_pending(&mut self) -> Result<(), EngineError> {
         let pending = std::mem::take(&mut self.pending);
@@ -751,31 +829,40 @@ impl Engine {
         Ok(())
     }
 
-    fn gate(&self, model: &Model, snapshot: &TrainingSnapshot) -> Option<RetrainOutcome> {
+    /// The gate's checks that need no data: a threshold exists and certifies τ (oob: its
+    /// estimate is within `gate.oob_slack`).
+    fn certify(&self, model: &Model) -> Option<(GateReason, String)> {
         let cfg = &self.config.model;
-        let t = model.threshold()?;
+        let Some(t) = model.threshold() else {
+            return Some((GateReason::NoThreshold, "the model has no threshold".into()));
+        };
         match t.method {
             ThresholdMethod::Oob => {
-                if t.fpr_estimate > cfg.tau + self.config.gate.oob_slack {
-                    return Some(RetrainOutcome::Rejected {
-                        reason: GateReason::OobEstimate,
-                        detail: format!(
+                (t.fpr_estimate > cfg.tau + self.config.gate.oob_slack).then(|| {
+                    (
+                        GateReason::OobEstimate,
+                        format!(
                             "oob fpr_estimate {:.4} > tau {} + gate.oob_slack {}",
                             t.fpr_estimate, cfg.tau, self.config.gate.oob_slack
                         ),
-                    });
-                }
+                    )
+                })
             }
             _ => match t.fpr_bound {
-                Some(b) if b <= cfg.tau => {}
-                bound => {
-                    return Some(RetrainOutcome::Rejected {
-                        reason: GateReason::FprBound,
-                        detail: format!("fpr_bound {bound:?} is not ≤ tau {}", cfg.tau),
-                    })
-                }
+                Some(b) if b <= cfg.tau => None,
+                bound => Some((
+                    GateReason::FprBound,
+                    format!("fpr_bound {bound:?} is not ≤ tau {}", cfg.tau),
+                )),
             },
         }
+    }
+
+    fn gate(&self, model: &Model, snapshot: &TrainingSnapshot) -> Option<RetrainOutcome> {
+        if let Some((reason, detail)) = self.certify(model) {
+            return Some(RetrainOutcome::Rejected { reason, detail });
+        }
+        let t = model.threshold()?;
         let active = self.registry.active()?;
         let since = active.meta.trained_at_ms;
         let recent: Vec<usize> = (0..snapshot.data.len())

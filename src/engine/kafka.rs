@@ -42,17 +42,19 @@ use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError as RdKafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::config::KafkaConfig;
-use crate::engine::daemon::{Engine, EngineError, TrainedRetrain};
+use crate::config::{KafkaConfig, Role};
+use crate::engine::daemon::{Engine, EngineError, RetrainOutcome, TrainedRetrain};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::scoring::ScoreOutput;
+use crate::engine::store::StoredModel;
 use crate::stream::dlq::DlqRecord;
 use crate::stream::kafka::{
-    consumer_config, input_topics, producer_config, record_of, ConsumerRole,
+    consumer_config, input_topics, model_producer_config, model_reader_config, producer_config,
+    record_of, ConsumerRole,
 };
 use crate::stream::offsets::{InputPartition, OffsetBook};
 use crate::stream::record::Record;
@@ -568,8 +570,57 @@ struct Assigned {
     restore_until: Option<i64>,
 }
 
+/// The trainer's producer of the models topic: delivery results are logged and counted.
+struct ModelContext {
+    metrics: Metrics,
+}
+
+impl ClientContext for ModelContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_librdkafka("models", level, fac, message);
+    }
+}
+
+impl ProducerContext for ModelContext {
+    type DeliveryOpaque = Box<u64>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, version: Box<u64>) {
+        match result {
+            Ok(m) => tracing::info!(
+                version = *version,
+                topic = m.topic(),
+                offset = m.offset(),
+                "model published"
+            ),
+            Err((e, _)) => {
+                self.metrics
+                    .kafka_model_publish_failures
+                    .with_label_values(&["delivery"])
+                    .inc();
+                tracing::error!(version = *version, error = %e, "model not published");
+            }
+        }
+    }
+}
+
+/// Publishing (trainer) or reading (scorer) the models topic.
+enum ModelLink {
+    None,
+    Publish {
+        producer: ThreadedProducer<ModelContext>,
+        topic: String,
+        max_bytes: usize,
+    },
+    Read {
+        consumer: BaseConsumer,
+        max_bytes: u64,
+    },
+}
+
 /// The clients [`run`] uses; [`connect`] makes them from `[kafka]`.
 pub struct KafkaClients {
+    role: Role,
+    models: ModelLink,
     consumer: Arc<BaseConsumer<GroupContext>>,
     sender: SharedSender,
     deliveries: mpsc::Receiver<Delivery>,
@@ -578,21 +629,59 @@ pub struct KafkaClients {
     max_in_flight: usize,
 }
 
-/// Creates the consumer (subscribed to the input topics) and the producer, and the
-/// [`KafkaOutputs`] to build the engine with. Topics must exist (see
-/// [`crate::stream::kafka::ensure_topics`]).
+/// Creates the consumer (subscribed to the input topics its role reads), the producer, the
+/// models-topic link of a trainer or scorer, and the [`KafkaOutputs`] to build the engine
+/// with. Topics must exist (see [`crate::stream::kafka::ensure_topics`]).
+///
+/// Groups: `both` and `scorer` members share `group_id` (a scorer reads only `unlabeled`); a
+/// trainer uses `<group_id>.trainer`, so it reads every partition of every input topic while
+/// the scorers split `unlabeled` among themselves.
 pub fn connect(
     k: &KafkaConfig,
     metrics: &Metrics,
 ) -> Result<(KafkaClients, KafkaOutputs), KafkaRunError> {
-    let topics = Topics::of(k);
+    let mut topics = Topics::of(k);
+    if k.role == Role::Scorer {
+        topics.inputs.retain(|_, c| *c == Channel::Unlabeled);
+    }
+    let group = match k.role {
+        Role::Trainer => format!("{}.trainer", k.group_id),
+        Role::Both | Role::Scorer => k.group_id.clone(),
+    };
+    let models = match k.role {
+        Role::Both => ModelLink::None,
+        Role::Trainer => ModelLink::Publish {
+            producer: model_producer_config(k).create_with_context(ModelContext {
+                metrics: metrics.clone(),
+            })?,
+            topic: k.topics.models.clone(),
+            max_bytes: k.model_max_bytes,
+        },
+        Role::Scorer => {
+            let consumer: BaseConsumer = model_reader_config(k).create()?;
+            let metadata = consumer.fetch_metadata(Some(&k.topics.models), LOOKUP_TIMEOUT)?;
+            let mut tpl = TopicPartitionList::new();
+            for t in metadata.topics() {
+                for p in t.partitions() {
+                    tpl.add_partition_offset(t.name(), p.id(), Offset::Beginning)?;
+                }
+            }
+            consumer.assign(&tpl)?;
+            // A model decompresses to a few times its compressed size at most.
+            let max_bytes = (k.model_max_bytes as u64).saturating_mul(16);
+            ModelLink::Read {
+                consumer,
+                max_bytes,
+            }
+        }
+    };
     let (reports, deliveries) = mpsc::channel();
     let producer: ThreadedProducer<DeliveryContext> =
         producer_config(k).create_with_context(DeliveryContext {
             reports: Mutex::new(reports),
         })?;
     let mut done_config: ClientConfig = consumer_config(k, ConsumerRole::Daemon);
-    done_config.set("group.id", format!("{}.done", k.group_id));
+    done_config.set("group.id", format!("{group}.done"));
     done_config.remove("group.instance.id");
     done_config.set("statistics.interval.ms", "0");
     let done: BaseConsumer<DoneContext> = done_config.create_with_context(DoneContext)?;
@@ -602,7 +691,8 @@ pub fn connect(
         commit_points: Mutex::new(BTreeMap::new()),
         done,
     };
-    let config: ClientConfig = consumer_config(k, ConsumerRole::Daemon);
+    let mut config: ClientConfig = consumer_config(k, ConsumerRole::Daemon);
+    config.set("group.id", &group);
     let consumer: BaseConsumer<GroupContext> = config.create_with_context(context)?;
     let names: Vec<&str> = topics.inputs.keys().map(String::as_str).collect();
     consumer.subscribe(&names)?;
@@ -617,6 +707,8 @@ pub fn connect(
         topics: topics.clone(),
     };
     let clients = KafkaClients {
+        role: k.role,
+        models,
         consumer: Arc::new(consumer),
         sender,
         deliveries,
@@ -895,12 +987,105 @@ impl Trainer {
     }
 }
 
-fn finish_training(engine: &mut Engine, result: Result<TrainedRetrain, String>) {
+fn finish_training(engine: &mut Engine, result: Result<TrainedRetrain, String>) -> bool {
     match result {
-        Ok(trained) => {
-            engine.complete_retrain(trained);
+        Ok(trained) => matches!(
+            engine.complete_retrain(trained),
+            RetrainOutcome::Swapped { .. }
+        ),
+        Err(detail) => {
+            engine.abandon_retrain(detail);
+            false
         }
-        Err(detail) => engine.abandon_retrain(detail),
+    }
+}
+
+impl Loop {
+    /// Trainer: publishes the active model (just swapped in) to the models topic, keyed by
+    /// its configuration fingerprint so that compaction keeps the newest per configuration.
+    fn publish_model(&self, engine: &Engine) {
+        let ModelLink::Publish {
+            producer,
+            topic,
+            max_bytes,
+        } = &self.clients.models
+        else {
+            return;
+        };
+        let Some(model) = engine.active() else {
+            return;
+        };
+        let failed = |reason: &str| {
+            self.metrics
+                .kafka_model_publish_failures
+                .with_label_values(&[reason])
+                .inc();
+        };
+        let version = model.meta.version;
+        let bytes = match model.to_wire() {
+            Ok(b) => b,
+            Err(e) => {
+                failed("encode");
+                tracing::error!(version, error = %e, "model not published: cannot encode it");
+                return;
+            }
+        };
+        if bytes.len() > *max_bytes {
+            failed("oversize");
+            tracing::error!(
+                version,
+                bytes = bytes.len(),
+                max = *max_bytes,
+                "model not published: it is larger than kafka.model_max_bytes"
+            );
+            return;
+        }
+        let key = format!("{:016x}", model.meta.config_fingerprint);
+        let version_text = version.to_string();
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "model_version",
+            value: Some(&version_text),
+        });
+        let record = BaseRecord::with_opaque_to(topic, Box::new(version))
+            .key(&key)
+            .payload(&bytes)
+            .headers(headers);
+        if let Err((e, _)) = producer.send(record) {
+            failed("delivery");
+            tracing::error!(version, error = %e, "model not published");
+        }
+    }
+
+    /// Scorer: installs the models published since the last call (newest wins).
+    fn read_models(&self, engine: &mut Engine) {
+        let ModelLink::Read {
+            consumer,
+            max_bytes,
+        } = &self.clients.models
+        else {
+            return;
+        };
+        while let Some(result) = consumer.poll(Duration::ZERO) {
+            let message = match result {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the models topic");
+                    return;
+                }
+            };
+            let decoded = StoredModel::from_wire(message.payload().unwrap_or_default(), *max_bytes);
+            match decoded
+                .map_err(|e| e.to_string())
+                .and_then(|m| engine.install_remote(m))
+            {
+                Ok(version) => tracing::info!(version, "model from the models topic installed"),
+                Err(reason) => tracing::warn!(
+                    offset = message.offset(),
+                    %reason,
+                    "model from the models topic not installed"
+                ),
+            }
+        }
     }
 }
 
@@ -916,6 +1101,7 @@ pub fn run(
     drain_timeout: Duration,
 ) -> Result<KafkaSummary, KafkaRunError> {
     engine.defer_retrains();
+    engine.set_role(clients.role);
     let mut lp = Loop {
         clients,
         metrics: metrics.clone(),
@@ -933,8 +1119,11 @@ pub fn run(
             if let Some(t) = trainer.take() {
                 let _ = t.handle.join();
             }
-            finish_training(&mut engine, result);
+            if finish_training(&mut engine, result) {
+                lp.publish_model(&engine);
+            }
         }
+        lp.read_models(&mut engine);
         if trainer.is_none() && !lp.restoring() {
             if let Some(job) = engine.due_retrain() {
                 match Trainer::start(job) {
@@ -993,6 +1182,12 @@ pub fn run(
     }
     committer.stop();
     commit_both(&lp.clients.consumer, &lp.commit_points_now(&engine));
+    if let ModelLink::Publish { producer, .. } = &lp.clients.models {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let Err(e) = producer.flush(left.max(Duration::from_secs(1))) {
+            tracing::warn!(error = %e, "the last model may not be published");
+        }
+    }
     lp.clients.consumer.unsubscribe();
     Ok(lp.summary)
 }

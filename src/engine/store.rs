@@ -81,6 +81,49 @@ impl StoredModel {
         );
     }
 
+    /// The model without its warm-start state, which only a trainer needs: USMO's per-sample
+    /// σ and support ids, τ-FPL's duals. Scores, threshold and metadata are unchanged.
+    pub fn scoring_only(&self) -> StoredModel {
+        let mut out = self.clone();
+        match &mut out.model {
+            Model::Usmo(e) => {
+                e.fit.state.unlabeled = Vec::new();
+                e.fit.state.support_ids = Vec::new();
+            }
+            Model::Tfpl(e) => {
+                e.fit.alpha = Vec::new();
+                e.fit.beta = Vec::new();
+            }
+        }
+        out
+    }
+
+    /// The model-topic value: the scoring-only model's file bytes, gzip-compressed.
+    pub fn to_wire(&self) -> Result<Vec<u8>, CodecError> {
+        use std::io::Write;
+        let bytes = self.scoring_only().to_file_bytes()?;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&bytes)
+            .and_then(|()| gz.finish())
+            .map_err(|e| CodecError::Decode(format!("compressing the model: {e}")))
+    }
+
+    /// Reads a model-topic value; at most `max_bytes` are decompressed.
+    pub fn from_wire(bytes: &[u8], max_bytes: u64) -> Result<StoredModel, CodecError> {
+        use std::io::Read;
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(bytes)
+            .take(max_bytes.saturating_add(1))
+            .read_to_end(&mut raw)
+            .map_err(|e| CodecError::Decode(format!("decompressing the model: {e}")))?;
+        if raw.len() as u64 > max_bytes {
+            return Err(CodecError::Decode(format!(
+                "the model decompresses to more than {max_bytes} bytes"
+            )));
+        }
+        StoredModel::from_file_bytes(&raw)
+    }
+
     pub fn to_file_bytes(&self) -> Result<Vec<u8>, CodecError> {
         let payload = codec::to_bytes(self)?;
         Ok(codec::frame(
@@ -371,6 +414,28 @@ mod tests {
             },
             model: model(),
         }
+    }
+
+    #[test]
+    fn the_wire_form_scores_alike_without_warm_start_state() {
+        use crate::learn::Scorer;
+        let full = stored(3, 9);
+        let wire = full.to_wire().expect("encode");
+        let back = StoredModel::from_wire(&wire, 1 << 20).expect("decode");
+        assert_eq!(back.meta, full.meta);
+        let Model::Usmo(e) = &back.model else {
+            panic!("usmo")
+        };
+        assert!(e.fit.state.unlabeled.is_empty() && e.fit.state.support_ids.is_empty());
+        let rows = Rows::dense(array![[0.3, 0.7], [1.0, -1.0], [0.0, 0.0]]);
+        let (mut a, mut b) = (vec![0.0; 3], vec![0.0; 3]);
+        full.model.score_batch(&rows, &mut a);
+        back.model.score_batch(&rows, &mut b);
+        assert_eq!(a, b);
+        // Corrupt, truncated or oversized values are decode errors, not panics.
+        assert!(StoredModel::from_wire(&wire[..wire.len() / 2], 1 << 20).is_err());
+        assert!(StoredModel::from_wire(b"not gzip", 1 << 20).is_err());
+        assert!(StoredModel::from_wire(&wire, 16).is_err());
     }
 
     #[test]

@@ -158,6 +158,41 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// The trainer's producer for the models topic: idempotent, and allowing messages up to
+/// `model_max_bytes` plus room for the record framing.
+pub fn model_producer_config(k: &KafkaConfig) -> ClientConfig {
+    let mut c = producer_config(k);
+    c.set(
+        "message.max.bytes",
+        (k.model_max_bytes + 64 * 1024)
+            .min(1_000_000_000)
+            .to_string(),
+    );
+    c
+}
+
+/// A plain reader's settings (assigned partitions, never joins nor commits; librdkafka still
+/// wants a group id): the scorer reads the models topic with it, with fetch limits that fit
+/// `model_max_bytes`.
+pub fn model_reader_config(k: &KafkaConfig) -> ClientConfig {
+    let mut c = common_config(k);
+    c.set("group.id", format!("{}.models-reader", k.group_id));
+    c.set("enable.auto.commit", "false");
+    c.set(
+        "fetch.message.max.bytes",
+        (k.model_max_bytes + 64 * 1024)
+            .min(1_000_000_000)
+            .to_string(),
+    );
+    c.set(
+        "receive.message.max.bytes",
+        (k.model_max_bytes + (1 << 20))
+            .min(2_147_483_647)
+            .to_string(),
+    );
+    c
+}
+
 /// An admin client's settings.
 pub fn admin_config(k: &KafkaConfig) -> ClientConfig {
     common_config(k)
@@ -226,14 +261,22 @@ pub async fn ensure_topics(
     if missing.is_empty() {
         return Ok(Vec::new());
     }
+    let max_bytes = k.model_max_bytes.to_string();
     let new: Vec<NewTopic> = missing
         .iter()
         .map(|(_, topic)| {
-            NewTopic::new(
+            let t = NewTopic::new(
                 topic,
                 k.partitions,
                 TopicReplication::Fixed(k.replication_factor),
-            )
+            );
+            // The models topic keeps the newest model per configuration, however large.
+            if *topic == k.topics.models {
+                t.set("cleanup.policy", "compact")
+                    .set("max.message.bytes", &max_bytes)
+            } else {
+                t
+            }
         })
         .collect();
     let options = AdminOptions::new()
