@@ -73,6 +73,9 @@ fn main() -> ExitCode {
         Command::Bench {
             command: BenchCommand::Tfpl(a),
         } => cli::bench::tfpl(a, &cancel),
+        Command::Bench {
+            command: BenchCommand::Kafka(a),
+        } => cli::bench_kafka::kafka(a),
         Command::Record(a) => {
             cli::daemon::load_config(&a.config).and_then(|c| cli::kafka::record(a, c))
         }

@@ -170,6 +170,32 @@ pub enum BenchCommand {
     Scoring(BenchScoringArgs),
     /// τ-FPL (linear) training time on a data file up-sampled 1×, 2×, 4×, …: is it linear in n?
     Tfpl(BenchTfplArgs),
+    /// The daemon's Kafka pipeline vs a raw consume → produce loop on the same broker, plus
+    /// consume-only rate and end-to-end latency at a paced rate.
+    Kafka(BenchKafkaArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchKafkaArgs {
+    /// A config with a `[kafka]` section (brokers, security, client settings); the bench makes
+    /// its own topics and groups (`neyman-bench-<pid>-<ms>.*`).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Events for the throughput runs.
+    #[arg(long, default_value_t = 200_000)]
+    pub events: usize,
+    /// Features per event (12 gives ~150-byte events).
+    #[arg(long, default_value_t = 12)]
+    pub dim: usize,
+    /// Events for the latency run, produced at `--rate` per second.
+    #[arg(long, default_value_t = 20_000)]
+    pub paced_events: usize,
+    #[arg(long, default_value_t = 5000.0)]
+    pub rate: f64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
 }
 
 #[derive(Debug, Clone, Args)]

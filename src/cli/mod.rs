@@ -6,6 +6,7 @@
 pub mod args;
 mod baselines;
 pub mod bench;
+pub mod bench_kafka;
 pub mod daemon;
 mod eval;
 pub mod kafka;

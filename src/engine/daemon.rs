@@ -49,7 +49,7 @@ use crate::stream::dlq::DlqRecord;
 use crate::stream::event::{parse_event, Event, EventLimits, RejectReason, Rejection};
 use crate::stream::record::Record;
 use crate::stream::Channel;
-use crate::telemetry::Metrics;
+use crate::telemetry::{Metrics, EVENT_OUTCOMES};
 
 /// Feedback and unlabeled outcomes remembered for the observed-FPR and flag-rate gauges.
 const ROLLING_EVENTS: usize = 1000;
@@ -129,8 +129,13 @@ pub struct Engine {
     last_retrain_ts: Option<i64>,
     newest_ts: Option<i64>,
     learner: Option<Learner>,
-    feedback: VecDeque<bool>,
-    recent_flags: VecDeque<bool>,
+    feedback: Rolling,
+    recent_flags: Rolling,
+    /// `neyman_events_total` handles by channel and outcome, resolved once: a label lookup
+    /// per event costs more than the rest of the bookkeeping.
+    event_counters: Vec<prometheus::IntCounter>,
+    /// `neyman_window_events` and `neyman_window_bytes` handles per channel.
+    window_gauges: Vec<(prometheus::IntGauge, prometheus::IntGauge)>,
     outputs: Box<dyn Outputs>,
     cancel: Arc<AtomicBool>,
     /// Inline: a due retrain runs inside [`Engine::handle`] (replay). Deferred: the caller
@@ -185,6 +190,23 @@ impl Engine {
             ..EventLimits::default()
         };
         metrics.target_fpr.set(config.model.tau);
+        let event_counters = Channel::ALL
+            .iter()
+            .flat_map(|c| {
+                EVENT_OUTCOMES
+                    .iter()
+                    .map(|o| metrics.events.with_label_values(&[c.as_str(), o]))
+            })
+            .collect();
+        let window_gauges = Channel::ALL
+            .iter()
+            .map(|c| {
+                (
+                    metrics.window_events.with_label_values(&[c.as_str()]),
+                    metrics.window_bytes.with_label_values(&[c.as_str()]),
+                )
+            })
+            .collect();
         let mut engine = Engine {
             config,
             metrics,
@@ -198,8 +220,10 @@ impl Engine {
             last_retrain_ts: None,
             newest_ts: None,
             learner: None,
-            feedback: VecDeque::new(),
-            recent_flags: VecDeque::new(),
+            feedback: Rolling::default(),
+            recent_flags: Rolling::default(),
+            event_counters,
+            window_gauges,
             outputs,
             cancel,
             inline_retrain: true,
@@ -335,11 +359,8 @@ impl Engine {
                 return self.reject(record, rejection);
             }
         };
-        self.metrics
-            .events
-            .with_label_values(&[channel.as_str(), outcome])
-            .inc();
-        self.publish_windows();
+        self.count(channel, outcome);
+        self.publish_window(channel);
         if self.inline_retrain && self.retrain_due() {
             self.retrain();
         }
@@ -360,12 +381,9 @@ impl Engine {
         let channel = record.channel;
         let entry = entry_of(event, record);
         if let InsertOutcome::Added { .. } = self.windows[channel_index(channel)].insert(entry) {
-            self.metrics
-                .events
-                .with_label_values(&[channel.as_str(), "restored"])
-                .inc();
+            self.count(channel, "restored");
         }
-        self.publish_windows();
+        self.publish_window(channel);
     }
 
     /// Per partition of `channel`'s topic, the smallest offset the engine still needs: the
@@ -397,10 +415,7 @@ impl Engine {
         let reason = rejection.reason.as_str();
         tracing::debug!(channel = record.channel.as_str(), reason, detail = %rejection.detail, "event to the DLQ");
         self.metrics.dlq.with_label_values(&[reason]).inc();
-        self.metrics
-            .events
-            .with_label_values(&[record.channel.as_str(), "rejected"])
-            .inc();
+        self.count(record.channel, "rejected");
         if record.channel == Channel::Unlabeled && !self.scores {
             return Ok(());
         }
@@ -429,10 +444,7 @@ impl Engine {
                 self.emit(&[ScoreOutput::unscored(event)], origin)?;
                 "unscored"
             };
-            self.metrics
-                .events
-                .with_label_values(&["unlabeled", outcome])
-                .inc();
+            self.count(Channel::Unlabeled, outcome);
             self.metrics.unscored_buffer.set(self.pending.len() as i64);
             return Ok(());
         };
@@ -443,12 +455,9 @@ impl Engine {
                     .scoring_latency
                     .observe(started.elapsed().as_secs_f64());
                 for o in &out {
-                    push_rolling(&mut self.recent_flags, o.flagged == Some(true));
+                    self.recent_flags.push(o.flagged == Some(true));
                 }
-                self.metrics
-                    .events
-                    .with_label_values(&["unlabeled", "scored"])
-                    .inc();
+                self.count(Channel::Unlabeled, "scored");
                 self.metrics
                     .model_age
                     .set((event.ts - model.meta.trained_at_ms) as f64 / 1000.0);
@@ -460,10 +469,7 @@ impl Engine {
             Err(e) => {
                 tracing::warn!(id = %event.id, error = %e, "scoring failed");
                 self.emit(&[ScoreOutput::unscored(event)], origin)?;
-                self.metrics
-                    .events
-                    .with_label_values(&["unlabeled", "unscored"])
-                    .inc();
+                self.count(Channel::Unlabeled, "unscored");
             }
         }
         Ok(())
@@ -474,15 +480,13 @@ impl Engine {
             return;
         };
         if let Ok(out) = score_batch(&model, &[event], None) {
-            push_rolling(&mut self.feedback, out[0].flagged == Some(true));
-            let flagged = self.feedback.iter().filter(|&&f| f).count();
+            self.feedback.push(out[0].flagged == Some(true));
+            let flagged = self.feedback.flagged;
             self.metrics
                 .fpr_observed_negatives
                 .set(self.feedback.len() as i64);
             self.metrics.fpr_observed_flagged.set(flagged as i64);
-            self.metrics
-                .fpr_observed
-                .set(flagged as f64 / self.feedback.len() as f64);
+            self.metrics.fpr_observed.set(self.feedback.rate());
             self.metrics.fpr_observed_p_value.set(binomial_upper_tail(
                 self.feedback.len(),
                 flagged,
@@ -491,26 +495,29 @@ impl Engine {
         }
     }
 
-    fn publish_windows(&self) {
-        for c in Channel::ALL {
-            let w = &self.windows[channel_index(c)];
-            self.metrics
-                .window_events
-                .with_label_values(&[c.as_str()])
-                .set(w.len() as i64);
-            self.metrics
-                .window_bytes
-                .with_label_values(&[c.as_str()])
-                .set(w.bytes() as i64);
+    fn count(&self, channel: Channel, outcome: &str) {
+        let o = EVENT_OUTCOMES.iter().position(|x| *x == outcome);
+        if let Some(c) = o.and_then(|o| {
+            self.event_counters
+                .get(channel_index(channel) * EVENT_OUTCOMES.len() + o)
+        }) {
+            c.inc();
+        }
+    }
+
+    fn publish_window(&self, channel: Channel) {
+        let i = channel_index(channel);
+        if let Some((events, bytes)) = self.window_gauges.get(i) {
+            events.set(self.windows[i].len() as i64);
+            bytes.set(self.windows[i].bytes() as i64);
         }
     }
 
     fn publish_rates(&self, model: &StoredModel) {
-        if self.recent_flags.is_empty() {
+        if self.recent_flags.len() == 0 {
             return;
         }
-        let rate = self.recent_flags.iter().filter(|&&f| f).count() as f64
-            / self.recent_flags.len() as f64;
+        let rate = self.recent_flags.rate();
         self.metrics.flag_rate.set(rate);
         let tpr = model.model.threshold().and_then(|t| t.tpr_estimate);
         if let (Some(prior), Some(tpr)) = (self.config.model.prior, tpr) {
@@ -576,6 +583,11 @@ impl Engine {
                 None
             }
         }
+    }
+
+    /// Whether [`Engine::due_retrain`] would start one now (cheap; no copying).
+    pub fn retrain_wanted(&self) -> bool {
+        !self.training && self.retrain_due()
     }
 
     /// Gates and installs the result of a deferred retrain; counts and logs the outcome.
@@ -963,10 +975,7 @@ impl Engine {
         let pending = std::mem::take(&mut self.pending);
         for (event, origin) in &pending {
             self.emit(&[ScoreOutput::unscored(event)], *origin)?;
-            self.metrics
-                .events
-                .with_label_values(&["unlabeled", "unscored"])
-                .inc();
+            self.count(Channel::Unlabeled, "unscored");
         }
         self.metrics.unscored_buffer.set(0);
         self.flush()
@@ -1032,11 +1041,29 @@ fn entry_of(event: Event, record: &Record) -> Entry {
     }
 }
 
-fn push_rolling(q: &mut VecDeque<bool>, v: bool) {
-    if q.len() == ROLLING_EVENTS {
-        q.pop_front();
+/// The last [`ROLLING_EVENTS`] flags and how many of them are set.
+#[derive(Debug, Default)]
+struct Rolling {
+    flags: VecDeque<bool>,
+    flagged: usize,
+}
+
+impl Rolling {
+    fn push(&mut self, flag: bool) {
+        if self.flags.len() == ROLLING_EVENTS && self.flags.pop_front() == Some(true) {
+            self.flagged -= 1;
+        }
+        self.flags.push_back(flag);
+        self.flagged += usize::from(flag);
     }
-    q.push_back(v);
+
+    fn len(&self) -> usize {
+        self.flags.len()
+    }
+
+    fn rate(&self) -> f64 {
+        self.flagged as f64 / self.flags.len().max(1) as f64
+    }
 }
 
 fn scale_kind(s: ScaleName) -> ScaleKind {

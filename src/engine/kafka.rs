@@ -61,6 +61,8 @@ use crate::stream::record::Record;
 use crate::stream::Channel;
 use crate::telemetry::Metrics;
 
+/// Messages handled per round of the loop at most.
+const BATCH: usize = 256;
 /// How long one poll waits for a message; also the loop's reaction time to a stop.
 const POLL: Duration = Duration::from_millis(50);
 /// Pause before sending failed deliveries again.
@@ -1124,7 +1126,7 @@ pub fn run(
             }
         }
         lp.read_models(&mut engine);
-        if trainer.is_none() && !lp.restoring() {
+        if trainer.is_none() && engine.retrain_wanted() && !lp.restoring() {
             if let Some(job) = engine.due_retrain() {
                 match Trainer::start(job) {
                     Ok(t) => trainer = Some(t),
@@ -1135,20 +1137,28 @@ pub fn run(
             }
         }
         lp.backpressure()?;
-        let record = match lp.clients.consumer.poll(POLL) {
-            None => None,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "kafka consumer");
-                None
+        // Up to BATCH messages per round, so the housekeeping above is amortised; the first
+        // poll waits, the others take only what is already fetched.
+        for i in 0..BATCH {
+            let wait = if i == 0 { POLL } else { Duration::ZERO };
+            let record = match lp.clients.consumer.poll(wait) {
+                None => None,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "kafka consumer");
+                    None
+                }
+                Some(Ok(message)) => Some(
+                    lp.channel_of(message.topic())
+                        .map(|channel| record_of(&message, channel).0),
+                ),
+            };
+            // Assignments made inside that poll are applied before its message is handled.
+            lp.apply_group_changes()?;
+            match record {
+                None => break,
+                Some(Some(record)) => lp.handle(&mut engine, &record)?,
+                Some(None) => {}
             }
-            Some(Ok(message)) => lp
-                .channel_of(message.topic())
-                .map(|channel| record_of(&message, channel).0),
-        };
-        // Assignments made inside that poll are applied before its message is handled.
-        lp.apply_group_changes()?;
-        if let Some(record) = record {
-            lp.handle(&mut engine, &record)?;
         }
         if last_commit.elapsed() >= lp.clients.commit_interval {
             committer.submit(lp.commit_points_now(&engine));

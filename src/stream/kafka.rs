@@ -125,12 +125,16 @@ pub fn consumer_config(k: &KafkaConfig, role: ConsumerRole) -> ClientConfig {
                 c.set("group.instance.id", id);
             }
             // Defaults a `[kafka.librdkafka]` entry may override: incremental rebalances (a
-            // member joining does not stop the others), lag statistics every 5 s, and a fetch
-            // backoff that does not stall a consumer doing real work per message for a second.
+            // member joining does not stop the others), lag statistics every 5 s, a fetch
+            // backoff that does not stall a consumer doing real work per message for a second,
+            // and a fetch wait that bounds latency on brokers that hold fetches for the whole
+            // wait (measured on tansu at 5000 events/s: p50 150 ms with librdkafka's 500 ms,
+            // 10 ms with 20 ms).
             for (key, value) in [
                 ("partition.assignment.strategy", "cooperative-sticky"),
                 ("statistics.interval.ms", "5000"),
                 ("fetch.queue.backoff.ms", "10"),
+                ("fetch.wait.max.ms", "100"),
             ] {
                 if !k.librdkafka.contains_key(key) {
                     c.set(key, value);
