@@ -14,7 +14,8 @@ if ! command -v promtool >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 
-# The alert rules and their unit tests.
+# The alert rules and their unit tests, and a Prometheus config that loads them.
+promtool check config deploy/prometheus/prometheus.yml
 promtool check rules deploy/prometheus/alerts.yml
 promtool test rules deploy/prometheus/alerts_test.yml
 
@@ -46,4 +47,19 @@ if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all -- --check
 fi
 cargo build --locked --all-targets
+
+# The systemd unit, checked against the binary just built (systemd-analyze needs ExecStart to
+# exist). Debian `systemd` provides systemd-analyze when the machine lacks it.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends systemd >/dev/null
+fi
+unit_dir=$(mktemp -d)
+neyman_bin="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/neyman"
+sed "s#/usr/local/bin/neyman#$neyman_bin#" deploy/systemd/neyman.service > "$unit_dir/neyman.service"
+systemd-analyze verify "$unit_dir/neyman.service"
+rm -rf "$unit_dir"
+
 cargo test --locked

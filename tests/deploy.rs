@@ -1,0 +1,134 @@
+//! The deployment files agree with the code: the Grafana dashboard charts every metric
+//! family, every alert has a `promtool test rules` case, the Kubernetes ConfigMap's config
+//! loads, and the Dockerfile, systemd unit and manifests start the daemon the same way.
+//! (`scripts/test.sh` also runs promtool on the rules and `systemd-analyze verify` on the
+//! unit.)
+
+use std::path::Path;
+use std::process::Command;
+
+use neyman::config::{LoadedConfig, Role, SourceKind};
+use neyman::telemetry::FAMILIES;
+use serde_json::Value;
+
+fn read(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+#[test]
+fn the_dashboard_charts_every_metric_family() {
+    let dashboard: Value = serde_json::from_str(&read("deploy/grafana/neyman.json")).expect("JSON");
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_string))
+        .collect();
+    for family in FAMILIES {
+        assert!(
+            exprs.iter().any(|e| e.contains(family)),
+            "{family} is on no panel"
+        );
+    }
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        assert_eq!(panel["datasource"]["uid"], "${DS_PROMETHEUS}", "{panel}");
+    }
+}
+
+#[test]
+fn every_alert_has_a_unit_test() {
+    let rules = read("deploy/prometheus/alerts.yml");
+    let tests = read("deploy/prometheus/alerts_test.yml");
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(alerts.len() >= 9, "{alerts:?}");
+    for alert in alerts {
+        let cases = tests
+            .lines()
+            .filter(|l| l.trim() == format!("alertname: {alert}"))
+            .count();
+        // At least one case where it stays silent and one where it fires.
+        assert!(cases >= 2, "{alert}: {cases} test case(s)");
+    }
+}
+
+/// The `kafka.toml: |` block of the ConfigMap.
+fn configmap_toml() -> String {
+    let yaml = read("deploy/k8s/configmap.yaml");
+    let mut lines = yaml
+        .lines()
+        .skip_while(|l| l.trim() != "kafka.toml: |")
+        .skip(1);
+    let mut out = String::new();
+    for l in lines.by_ref() {
+        if !l.is_empty() && !l.starts_with("    ") {
+            break;
+        }
+        out.push_str(l.strip_prefix("    ").unwrap_or(l));
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn the_configmap_config_loads_and_the_deployments_run_it() {
+    let text = configmap_toml();
+    let loaded = LoadedConfig::from_str_with_env(
+        &text,
+        Path::new("/etc/neyman/kafka.toml"),
+        [(
+            "NEYMAN_KAFKA_BOOTSTRAP_SERVERS".to_string(),
+            "kafka:9092".to_string(),
+        )],
+    )
+    .expect("the ConfigMap's kafka.toml is a valid config");
+    let c = loaded.config;
+    assert_eq!(c.source.kind, SourceKind::Kafka);
+    assert_eq!(c.http.listen, "0.0.0.0:8787");
+    assert_eq!(c.state.dir, Path::new("/var/lib/neyman/state"));
+    let k = c.kafka.expect("[kafka]");
+    assert_eq!(k.role, Role::Both);
+    // Same topics and group as the quickstart config.
+    let quickstart =
+        LoadedConfig::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/kafka.toml"))
+            .expect("config/kafka.toml")
+            .config
+            .kafka
+            .expect("[kafka]");
+    assert_eq!(k.topics, quickstart.topics);
+    assert_eq!(k.group_id, quickstart.group_id);
+
+    // Every way of running it points at the same file with the same arguments.
+    let run = "run\", \"--config\", \"/etc/neyman/kafka.toml";
+    assert!(read("deploy/Dockerfile").contains(&format!("CMD [\"{run}\"]")));
+    for manifest in ["deploy/k8s/deployment.yaml", "deploy/k8s/statefulset.yaml"] {
+        let m = read(manifest);
+        assert!(m.contains(&format!("args: [\"{run}\"]")), "{manifest}");
+        assert!(m.contains("mountPath: /etc/neyman"), "{manifest}");
+        assert!(
+            m.contains("path: /readyz") && m.contains("path: /healthz"),
+            "{manifest}"
+        );
+    }
+    assert!(read("deploy/k8s/statefulset.yaml").contains("NEYMAN_KAFKA_GROUP_INSTANCE_ID"));
+    let unit = read("deploy/systemd/neyman.service");
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    assert_eq!(
+        exec,
+        "/usr/local/bin/neyman run --config /etc/neyman/kafka.toml"
+    );
+    // The flags parse: with a missing file the daemon names it and exits 2.
+    let out = Command::new(env!("CARGO_BIN_EXE_neyman"))
+        .args(["run", "--config", "/nonexistent/kafka.toml"])
+        .output()
+        .expect("neyman");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/kafka.toml"));
+}
