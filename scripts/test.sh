@@ -49,7 +49,7 @@ export TANSU_BIN="$TANSU_DIR/tansu"
 # NEYMAN_PYTHON.
 VENV="$HOME/.cache/neyman-venv"
 CONFLUENT_KAFKA=2.16.1
-if ! "$VENV/bin/python" -c "import confluent_kafka, sys; sys.exit(confluent_kafka.version()[0] != '$CONFLUENT_KAFKA')" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import confluent_kafka, sys; sys.exit(confluent_kafka.__version__ != '$CONFLUENT_KAFKA')" 2>/dev/null; then
   if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
     sudo=""
     if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
@@ -61,7 +61,7 @@ if ! "$VENV/bin/python" -c "import confluent_kafka, sys; sys.exit(confluent_kafk
   "$VENV/bin/python" -m pip install -q "confluent-kafka==$CONFLUENT_KAFKA"
 fi
 export NEYMAN_PYTHON="$VENV/bin/python"
-"$NEYMAN_PYTHON" -c "import confluent_kafka; print('confluent-kafka', confluent_kafka.version()[0])"
+"$NEYMAN_PYTHON" -c "import confluent_kafka; print('confluent-kafka', confluent_kafka.__version__)"
 
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all -- --check
