@@ -190,8 +190,8 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// `replay`: a recorded stream file (JSON Lines, optionally gzip); `kafka`: the `[kafka]`
-    /// input topics (accepted by the config; the daemon's Kafka source is not implemented yet,
-    /// so `neyman run` refuses it).
+    /// input topics, with scores and dead letters produced to its topics (`[output]` is then
+    /// not used).
     #[serde(default = "default_source_kind")]
     pub kind: SourceKind,
     /// The recorded stream to replay (`kind = "replay"`).
