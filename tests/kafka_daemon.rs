@@ -321,6 +321,26 @@ fn round_trip_scores_every_unlabeled_event_once_and_dead_letters_the_bad_ones() 
         ),
     );
     publish(&broker, dir.path(), &records, &[]);
+    // A message larger than the producer's default limit (and than scoring.max_event_bytes):
+    // its dead letter must still get through, cut.
+    let big = {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", broker.bootstrap())
+            .set("message.max.bytes", "2000000")
+            .create()
+            .expect("producer");
+        let payload = vec![b'x'; 1_200_000];
+        producer
+            .send(
+                BaseRecord::to("neyman.unlabeled")
+                    .key("big-1")
+                    .payload(&payload),
+            )
+            .expect("queued");
+        producer.flush(Duration::from_secs(30)).expect("sent");
+        payload.len()
+    };
     let unlabeled = count(&records, Channel::Unlabeled) - 1;
 
     let mut daemon = Daemon::start(&broker, &dir.path().join("state"), &[]);
@@ -328,13 +348,13 @@ fn round_trip_scores_every_unlabeled_event_once_and_dead_letters_the_bad_ones() 
         total(m, "neyman_events_total", "outcome=\"scored\"") >= unlabeled as f64
     });
     let scores = read_topic(&broker, "neyman.scores", unlabeled);
-    let dead = read_topic(&broker, "neyman.dlq", 2);
+    let dead = read_topic(&broker, "neyman.dlq", 3);
     let metrics = daemon.metrics();
     let (status, log) = daemon.terminate();
     assert!(status.success(), "{status}\n{log}");
 
     // Exactly one score per valid unlabeled event, keyed by its id, pointing at its offset.
-    let input = inputs(&broker, unlabeled + 1);
+    let input = inputs(&broker, unlabeled + 2);
     assert_eq!(
         scores.len(),
         unlabeled,
@@ -356,7 +376,19 @@ fn round_trip_scores_every_unlabeled_event_once_and_dead_letters_the_bad_ones() 
         assert!(body["score"].is_f64() && body["flagged"].is_boolean());
     }
     // Dead letters: original key, payload and headers, plus the Connect-style context.
-    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert_eq!(
+        dead.len(),
+        3,
+        "{:?}",
+        dead.iter().map(|d| &d.key).collect::<Vec<_>>()
+    );
+    let big1 = dead.iter().find(|d| d.key == "big-1").expect("big-1");
+    assert_eq!(
+        big1.headers["__connect.errors.exception.class.name"],
+        "too_large"
+    );
+    assert_eq!(big1.headers["neyman.truncated_from"], big.to_string());
+    assert!(big1.payload.len() < 900_000 && big1.payload.iter().all(|&b| b == b'x'));
     let bad1 = dead.iter().find(|d| d.key == "bad-1").expect("bad-1");
     assert_eq!(bad1.payload, b"{not json");
     assert_eq!(bad1.headers["origin"], "test");
@@ -390,7 +422,7 @@ fn round_trip_scores_every_unlabeled_event_once_and_dead_letters_the_bad_ones() 
     );
     // At shutdown: the group's offset is the window's low watermark (the windows hold every
     // event), and the done mark is past the last unlabeled message.
-    let end = (unlabeled + 1) as i64;
+    let end = (unlabeled + 2) as i64;
     assert_eq!(
         committed(&broker, "neyman", "neyman.unlabeled", 1).get(&0),
         Some(&0)

@@ -61,6 +61,9 @@ use crate::stream::record::Record;
 use crate::stream::Channel;
 use crate::telemetry::Metrics;
 
+/// Largest dead letter produced (librdkafka's default `message.max.bytes` is 1 000 000, and
+/// brokers default to about 1 MiB); larger ones are cut ([`KafkaOutputs::dead_letter`]).
+const DLQ_MAX_BYTES: usize = 900_000;
 /// Messages handled per round of the loop at most.
 const BATCH: usize = 256;
 /// How long one poll waits for a message; also the loop's reaction time to a stop.
@@ -334,11 +337,35 @@ impl Outputs for KafkaOutputs {
                 "dead letter without an input position".into(),
             ));
         };
+        let key = r.key.clone().map(String::into_bytes);
         let mut headers: Vec<(String, Vec<u8>)> = r
             .headers
             .iter()
             .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
             .collect();
+        let header_bytes = |hs: &[(String, Vec<u8>)]| -> usize {
+            hs.iter().map(|(k, v)| k.len() + v.len() + 16).sum()
+        };
+        // A message too large to produce would stop this partition for good: keep the
+        // dead letter under the producer's limit, cutting the payload (then the original
+        // headers) and saying so in a header.
+        let mut payload = r.payload.clone();
+        let mut envelope = key.as_ref().map_or(0, Vec::len) + header_bytes(&headers) + 1024;
+        if envelope > DLQ_MAX_BYTES {
+            headers.clear();
+            headers.push((
+                "neyman.headers_dropped".to_string(),
+                r.headers.len().to_string().into_bytes(),
+            ));
+            envelope = key.as_ref().map_or(0, Vec::len) + 1024;
+        }
+        if envelope + payload.len() > DLQ_MAX_BYTES {
+            headers.push((
+                "neyman.truncated_from".to_string(),
+                payload.len().to_string().into_bytes(),
+            ));
+            payload.truncate(DLQ_MAX_BYTES.saturating_sub(envelope));
+        }
         for (key, value) in [
             ("__connect.errors.topic", self.input_topic(r.channel)),
             ("__connect.errors.partition", partition.to_string()),
@@ -347,15 +374,18 @@ impl Outputs for KafkaOutputs {
                 "__connect.errors.exception.class.name",
                 letter.reason.as_str().to_string(),
             ),
-            ("__connect.errors.exception.message", letter.detail.clone()),
+            (
+                "__connect.errors.exception.message",
+                letter.detail.chars().take(512).collect(),
+            ),
         ] {
             headers.push((key.to_string(), value.into_bytes()));
         }
         let hold = ((r.channel, partition), offset);
         let out = Outgoing {
             topic: self.topics.dlq.clone(),
-            key: r.key.clone().map(String::into_bytes),
-            payload: r.payload.clone(),
+            key,
+            payload,
             headers,
             hold,
         };
