@@ -302,15 +302,12 @@ fn pipeline(
             paced(&k, &topic, &payloads, rate)
         })
     });
+    // Any outcome counts as handled (a scorer windows nothing).
     let handled = || {
-        metrics
-            .events
-            .with_label_values(&["unlabeled", "windowed"])
-            .get()
-            + metrics
-                .events
-                .with_label_values(&["unlabeled", "duplicate"])
-                .get()
+        ["windowed", "duplicate", "scored", "buffered", "rejected"]
+            .iter()
+            .map(|o| metrics.events.with_label_values(&["unlabeled", o]).get())
+            .sum::<u64>()
     };
     let scored = || {
         metrics
