@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+pub mod daemon;
 pub mod http;
 pub mod qp;
 
