@@ -44,12 +44,14 @@ fi
 export TANSU_BIN="$TANSU_DIR/tansu"
 "$TANSU_BIN" --version
 
-# An independent Kafka client for tests/kafka_interop.rs: Python confluent-kafka (pinned
-# version, its own bundled librdkafka) in a venv cached under ~/.cache, exported as
-# NEYMAN_PYTHON.
+# An independent Kafka client for tests/kafka_interop.rs: Python confluent-kafka (its own
+# bundled librdkafka) in a venv cached under ~/.cache, exported as NEYMAN_PYTHON. Pinned by
+# version and wheel sha256 in tests/interop/requirements.txt; the venv keeps a copy of the file
+# it was installed from and is rebuilt when the file changes.
 VENV="$HOME/.cache/neyman-venv"
 CONFLUENT_KAFKA=2.16.1
-if ! "$VENV/bin/python" -c "import confluent_kafka, sys; sys.exit(confluent_kafka.__version__ != '$CONFLUENT_KAFKA')" 2>/dev/null; then
+if ! cmp -s tests/interop/requirements.txt "$VENV/requirements.txt" \
+  || ! "$VENV/bin/python" -c "import confluent_kafka, sys; sys.exit(confluent_kafka.__version__ != '$CONFLUENT_KAFKA')" 2>/dev/null; then
   if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
     sudo=""
     if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
@@ -58,7 +60,8 @@ if ! "$VENV/bin/python" -c "import confluent_kafka, sys; sys.exit(confluent_kafk
   fi
   rm -rf "$VENV"
   python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q "confluent-kafka==$CONFLUENT_KAFKA"
+  "$VENV/bin/python" -m pip install -q --require-hashes --only-binary=:all: -r tests/interop/requirements.txt
+  cp tests/interop/requirements.txt "$VENV/requirements.txt"
 fi
 export NEYMAN_PYTHON="$VENV/bin/python"
 "$NEYMAN_PYTHON" -c "import confluent_kafka; print('confluent-kafka', confluent_kafka.__version__)"
