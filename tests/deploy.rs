@@ -1,13 +1,14 @@
 //! The deployment files agree with the code: the Grafana dashboard charts every metric
 //! family, every alert has a `promtool test rules` case, the Kubernetes ConfigMap's config
-//! loads, and the Dockerfile, systemd unit and manifests start the daemon the same way.
-//! (`scripts/test.sh` also runs promtool on the rules and `systemd-analyze verify` on the
-//! unit.)
+//! loads, the systemd environment example is a valid override of the config, and the
+//! Dockerfile, systemd unit and manifests start the daemon the same way.
+//! (`scripts/test.sh` also runs promtool on the rules, `deploy/check_k8s.py` on the manifests
+//! and `systemd-analyze verify` on the unit.)
 
 use std::path::Path;
 use std::process::Command;
 
-use neyman::config::{LoadedConfig, Role, SourceKind};
+use neyman::config::{LoadedConfig, Role, SecurityProtocol, SourceKind};
 use neyman::telemetry::FAMILIES;
 use serde_json::Value;
 
@@ -131,4 +132,53 @@ fn the_configmap_config_loads_and_the_deployments_run_it() {
         .expect("neyman");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/kafka.toml"));
+}
+
+#[test]
+fn the_systemd_env_example_overrides_the_config() {
+    let unit = read("deploy/systemd/neyman.service");
+    assert!(unit.contains("\nEnvironmentFile=-/etc/neyman/neyman.env\n"));
+    let env = read("deploy/systemd/neyman.env");
+    // Active lines, and the commented-out examples (`#NEYMAN_...=...`) on top of them.
+    let vars = |commented: bool| -> Vec<(String, String)> {
+        env.lines()
+            .filter_map(|l| {
+                if commented {
+                    l.strip_prefix('#')
+                } else {
+                    Some(l)
+                }
+            })
+            .filter(|l| l.starts_with("NEYMAN_"))
+            .map(|l| {
+                let (k, v) = l.split_once('=').expect("KEY=VALUE");
+                (k.to_string(), v.to_string())
+            })
+            .collect()
+    };
+    let config = read("config/kafka.toml");
+    let path = Path::new("/etc/neyman/kafka.toml");
+    let plain = LoadedConfig::from_str_with_env(&config, path, vars(false))
+        .expect("neyman.env's active lines");
+    // Every variable names a key (a typo would be an unknown key, refused).
+    assert_eq!(plain.from_env.len(), vars(false).len());
+    let k = plain.config.kafka.expect("[kafka]");
+    assert_eq!(k.bootstrap_servers, "broker-1:9092,broker-2:9092");
+    assert_eq!(k.group_instance_id.as_deref(), Some("neyman-host-1"));
+    assert_eq!(k.security_protocol, SecurityProtocol::Plaintext);
+    assert_eq!(plain.config.http.listen, "127.0.0.1:8787");
+
+    let all =
+        LoadedConfig::from_str_with_env(&config, path, vars(false).into_iter().chain(vars(true)))
+            .expect("neyman.env with its commented-out examples");
+    assert_eq!(all.from_env.len(), vars(false).len() + vars(true).len());
+    let c = all.config;
+    let k = c.kafka.expect("[kafka]");
+    assert_eq!(k.security_protocol, SecurityProtocol::SaslSsl);
+    assert_eq!(k.sasl_mechanism.as_deref(), Some("SCRAM-SHA-512"));
+    assert_eq!(
+        k.sasl_password.as_ref().map(|p| p.expose()),
+        Some("change-me")
+    );
+    assert_eq!(c.http.listen, "0.0.0.0:8787");
 }
