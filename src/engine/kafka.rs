@@ -555,6 +555,13 @@ impl ConsumerContext for GroupContext {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone();
+            // A revoked partition's lag is another member's to report now.
+            for (topic, partition) in &revoked {
+                let _ = self
+                    .metrics
+                    .kafka_consumer_lag
+                    .remove_label_values(&[topic, &partition.to_string()]);
+            }
             let revoked_points: CommitPoints = points
                 .into_iter()
                 .filter(|(tp, _)| revoked.contains(tp))
