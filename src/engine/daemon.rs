@@ -386,16 +386,10 @@ impl Engine {
         self.publish_window(channel);
     }
 
-    /// Per partition of `channel`'s topic, the smallest offset the engine still needs: the
-    /// oldest event in the channel's window and, for unlabeled events waiting for a first
-    /// model, the oldest of those. A consumer may commit up to it.
+    /// Per partition of `channel`'s topic, the oldest offset still in the channel's window
+    /// (its low watermark). With [`Engine::owed_outputs`], what a consumer may not commit past.
     pub fn low_watermarks(&self, channel: Channel) -> BTreeMap<i32, i64> {
-        let mut low = self.windows[channel_index(channel)].oldest_offset_per_partition();
-        for (partition, offset) in self.owed_outputs(channel) {
-            let e = low.entry(partition).or_insert(offset);
-            *e = (*e).min(offset);
-        }
-        low
+        self.windows[channel_index(channel)].oldest_offset_per_partition()
     }
 
     /// Per partition of `channel`'s topic, the oldest offset whose output is still owed
@@ -604,11 +598,6 @@ impl Engine {
     pub fn abandon_retrain(&mut self, detail: String) {
         self.training = false;
         self.count_retrain(&RetrainOutcome::Failed { detail }, Instant::now());
-    }
-
-    /// Whether a deferred retrain is running.
-    pub fn is_training(&self) -> bool {
-        self.training
     }
 
     fn count_retrain(&self, outcome: &RetrainOutcome, started: Instant) {

@@ -79,6 +79,8 @@ pub enum KafkaRunError {
     Client(#[from] RdKafkaError),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error("cannot start the {0} thread: {1}")]
+    Thread(&'static str, std::io::Error),
 }
 
 /// What [`run`] did.
@@ -277,9 +279,9 @@ impl Sender {
 
 type SharedSender = Arc<Mutex<Sender>>;
 
-fn lock(sender: &SharedSender) -> MutexGuard<'_, Sender> {
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves plain data behind; keep going with it.
-    sender
+    mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -550,11 +552,7 @@ impl ConsumerContext for GroupContext {
                 .with_label_values(&["revoke"])
                 .inc();
             tracing::info!(partitions = ?revoked, "partitions revoked");
-            let points = self
-                .commit_points
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
+            let points = lock(&self.commit_points).clone();
             // A revoked partition's lag is another member's to report now.
             for (topic, partition) in &revoked {
                 let _ = self
@@ -567,10 +565,7 @@ impl ConsumerContext for GroupContext {
                 .filter(|(tp, _)| revoked.contains(tp))
                 .collect();
             commit_both(consumer, &revoked_points);
-            self.changes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(GroupChange::Revoked(revoked));
+            lock(&self.changes).push(GroupChange::Revoked(revoked));
         }
     }
 
@@ -583,10 +578,7 @@ impl ConsumerContext for GroupContext {
                     .with_label_values(&["assign"])
                     .inc();
                 tracing::info!(partitions = ?assigned, "partitions assigned");
-                self.changes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(GroupChange::Assigned(assigned));
+                lock(&self.changes).push(GroupChange::Assigned(assigned));
             }
             Rebalance::Error(e) => {
                 self.metrics
@@ -773,15 +765,7 @@ impl Loop {
     }
 
     fn apply_group_changes(&mut self) -> Result<(), KafkaRunError> {
-        let changes = std::mem::take(
-            &mut *self
-                .clients
-                .consumer
-                .context()
-                .changes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let changes = std::mem::take(&mut *lock(&self.clients.consumer.context().changes));
         for change in changes {
             match change {
                 GroupChange::Assigned(list) => self.assign(&list)?,
@@ -790,12 +774,7 @@ impl Loop {
                         if let Some(channel) = self.channel_of(&topic) {
                             self.assigned.remove(&(channel, partition));
                         }
-                        self.clients
-                            .consumer
-                            .context()
-                            .commit_points
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
+                        lock(&self.clients.consumer.context().commit_points)
                             .remove(&(topic, partition));
                     }
                 }
@@ -977,13 +956,7 @@ impl Loop {
     fn commit_points_now(&self, engine: &Engine) -> CommitPoints {
         let points = self.commit_points(engine);
         tracing::debug!(?points, "commit points (offset, done)");
-        self.clients
-            .consumer
-            .context()
-            .commit_points
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone_from(&points);
+        lock(&self.clients.consumer.context().commit_points).clone_from(&points);
         points
     }
 }
@@ -1150,7 +1123,7 @@ pub fn run(
     };
     let mut trainer: Option<Trainer> = None;
     let mut committer = Committer::start(Arc::clone(&lp.clients.consumer))
-        .map_err(|e| EngineError::Config(format!("cannot start the commit thread: {e}")))?;
+        .map_err(|e| KafkaRunError::Thread("commit", e))?;
     let mut last_commit = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         lp.drain_deliveries()?;
