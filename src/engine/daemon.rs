@@ -1241,6 +1241,55 @@ mod tests {
     }
 
     #[test]
+    fn a_non_finite_solution_is_rejected_and_not_kept_as_warm_start() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, registry) = engine(dir.path(), "");
+        for record in RecordReader::open(std::path::Path::new(STREAM)).expect("stream") {
+            e.handle(&record.expect("record")).expect("handled");
+            if registry.active().is_some() {
+                break;
+            }
+        }
+        let active = registry.active().expect("a first model").meta.version;
+        let warm_before = e.learner.as_ref().and_then(|l| l.previous.clone());
+        assert!(warm_before.is_some(), "the first model left a warm start");
+        let started = Instant::now();
+        let job = e.prepare_retrain(started).expect("a retrain job");
+        let mut trained = job.run();
+        // A solver that diverged: one NaN coefficient (intake never lets a NaN feature through,
+        // so this is the only way one reaches the gate).
+        match trained.fitted.as_mut().expect("trained") {
+            (Fit::Usmo(m), _) => m.expansion.coef[0] = f64::NAN,
+            (Fit::Tfpl(m), _) => m.expansion.coef[0] = f64::NAN,
+        }
+        let outcome = e.complete_retrain(trained);
+        assert!(
+            matches!(
+                outcome,
+                RetrainOutcome::Rejected {
+                    reason: GateReason::NonFinite,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+        assert_eq!(registry.active().map(|m| m.meta.version), Some(active));
+        assert_eq!(
+            e.metrics
+                .retrain_rejections
+                .with_label_values(&["non_finite"])
+                .get(),
+            1
+        );
+        // The next retrain warm-starts from the last finite solution, not the NaN one.
+        let warm_after = e.learner.as_ref().and_then(|l| l.previous.clone());
+        assert_eq!(
+            warm_after.map(|f| f.expansion().coef.clone()),
+            warm_before.map(|f| f.expansion().coef.clone())
+        );
+    }
+
+    #[test]
     fn the_gate_rejects_a_worse_np_score_and_a_loose_fpr_bound() {
         let dir = tempfile::tempdir().expect("temp dir");
         let (mut e, registry) = engine(dir.path(), "");
