@@ -332,16 +332,19 @@ impl<'a> RowRef<'a> {
 /// Dot product in four independent lanes, so the compiler vectorises it.
 pub fn dense_dot(a: &[f64], b: &[f64]) -> f64 {
     debug_assert_eq!(a.len(), b.len());
+    // Four independent sums in chunks without bounds checks: the compiler vectorises this,
+    // and the order of additions is fixed, so results are reproducible.
     let mut acc = [0.0f64; 4];
-    let chunks = a.len() / 4;
-    for c in 0..chunks {
+    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
         for l in 0..4 {
-            acc[l] += a[4 * c + l] * b[4 * c + l];
+            acc[l] += x[l] * y[l];
         }
     }
     let mut sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    for i in 4 * chunks..a.len() {
-        sum += a[i] * b[i];
+    for (x, y) in ra.iter().zip(rb) {
+        sum += x * y;
     }
     sum
 }
