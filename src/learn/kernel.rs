@@ -158,8 +158,12 @@ impl<'a> KernelRows<'a> {
         self.kernel
     }
 
-    /// k(x_i, x_i) for every sample (counted as kernel evaluations).
+    /// k(x_i, x_i) for every sample: counted as kernel evaluations, except for RBF, whose
+    /// diagonal is exactly 1 (exp(−γ·0)) and is not computed.
     pub fn diagonal(&mut self) -> Vec<f64> {
+        if let Kernel::Rbf { .. } = self.kernel {
+            return vec![1.0; self.len()];
+        }
         self.evaluations += self.len() as u64;
         (0..self.len())
             .map(|i| {
@@ -179,6 +183,21 @@ impl<'a> KernelRows<'a> {
         self.misses += 1;
         let mut out = vec![0.0; self.len()];
         self.cross_row(self.rows.row(i), &mut out);
+        self.store(i, out)
+    }
+
+    /// Caches row `i`, assembled by the caller from kernel values it computed (and counted)
+    /// elsewhere, so a later [`KernelRows::row`] of `i` is a hit. Within the byte budget, as
+    /// any row.
+    pub fn insert(&mut self, i: usize, row: Vec<f64>) -> Arc<[f64]> {
+        assert_eq!(row.len(), self.len(), "a row has one value per sample");
+        self.store(i, row)
+    }
+
+    fn store(&mut self, i: usize, out: Vec<f64>) -> Arc<[f64]> {
+        if let Some(old) = self.cache.pop(&i) {
+            self.used_bytes -= std::mem::size_of_val(&*old);
+        }
         let row: Arc<[f64]> = out.into();
         let bytes = std::mem::size_of_val(&*row);
         if bytes <= self.budget_bytes {
@@ -440,6 +459,22 @@ mod tests {
             // 5, 0 and the last 0 hit: 33 evicts 9 and 12 evicts 5, the least recently used.
             assert_eq!(kr.hits, 3);
         }
+    }
+
+    #[test]
+    fn an_inserted_row_is_served_from_the_cache_and_replaces_its_old_copy() {
+        let rows = Rows::dense(sample(10, 3, 2));
+        let mut kr = KernelRows::new(Kernel::Rbf { gamma: 1.0 }, &rows, 2 * 10 * 8);
+        let computed = kr.row(4).to_vec();
+        kr.insert(4, computed.clone());
+        kr.insert(7, vec![0.5; 10]);
+        assert_eq!(kr.used_bytes, 2 * 10 * 8);
+        assert_eq!(&*kr.row(4), &computed[..]);
+        assert_eq!(&*kr.row(7), &[0.5; 10][..]);
+        assert_eq!((kr.hits, kr.misses, kr.evaluations), (2, 1, 10));
+        // The RBF diagonal is exactly 1 and costs no kernel value.
+        assert_eq!(kr.diagonal(), vec![1.0; 10]);
+        assert_eq!(kr.evaluations, 10);
     }
 
     #[test]

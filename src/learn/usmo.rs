@@ -232,6 +232,11 @@ fn snap(v: f64, c2: f64) -> f64 {
 /// Each piece's minimiser is clipped to the piece (the per-case clipping), and the best of all
 /// candidates wins. With η ≈ 0 each piece is linear, so only its ends are candidates.
 pub fn pair_step(sigma_i: f64, sigma_j: f64, g_i: f64, g_j: f64, eta: f64, c2: f64) -> f64 {
+    pair_minimum(sigma_i, sigma_j, g_i, g_j, eta, c2).0
+}
+
+/// [`pair_step`]'s minimiser t and the change φ(t) ≤ 0 of the dual objective it brings.
+fn pair_minimum(sigma_i: f64, sigma_j: f64, g_i: f64, g_j: f64, eta: f64, c2: f64) -> (f64, f64) {
     let half = 0.5 * c2;
     let t_max = sigma_i.min(c2 - sigma_j).max(0.0);
     let phi = |t: f64| {
@@ -240,12 +245,17 @@ pub fn pair_step(sigma_i: f64, sigma_j: f64, g_i: f64, g_j: f64, eta: f64, c2: f
             + ((sigma_i - t - half).abs() - (sigma_i - half).abs())
             + ((sigma_j + t - half).abs() - (sigma_j - half).abs())
     };
-    let mut knots = vec![0.0, t_max];
+    // At most four knots: the segment ends and the two breakpoints; no allocation, since the
+    // working-pair search calls this for many candidates.
+    let mut knots = [0.0, t_max, t_max, t_max];
+    let mut count = 2;
     for b in [sigma_i - half, half - sigma_j] {
         if b > 0.0 && b < t_max {
-            knots.push(b);
+            knots[count] = b;
+            count += 1;
         }
     }
+    let knots = &mut knots[..count];
     knots.sort_by(f64::total_cmp);
     let mut best = (0.0, 0.0);
     let mut consider = |t: f64| {
@@ -263,7 +273,7 @@ pub fn pair_step(sigma_i: f64, sigma_j: f64, g_i: f64, g_j: f64, eta: f64, c2: f
             consider((-(g_i - g_j + kappa) / eta).clamp(a, b));
         }
     }
-    best.0
+    best
 }
 
 /// The solver's working state over the unlabeled samples.
@@ -341,6 +351,31 @@ impl Solver<'_> {
                         if gain > best_gain {
                             best_gain = gain;
                             i = u;
+                        }
+                    }
+                }
+            }
+            // b²/(2η) bounds the decrease a pair can bring (the V-terms only add slope
+            // beyond t = 0), but a step that stops at a kink or a bound brings less: among the
+            // candidates whose bound beats the best exact decrease so far, take the largest
+            // exact one.
+            let exact = |u: usize| {
+                let eta = (self.diag[u] + self.diag[j] - 2.0 * row_j[u]).max(0.0);
+                -pair_minimum(self.sigma[u], self.sigma[j], self.g[u], self.g[j], eta, self.c2).1
+            };
+            let mut best_exact = exact(i);
+            for (u, (&s, &g)) in self.sigma.iter().zip(&self.g).enumerate() {
+                if s > 0.0 && u != i {
+                    let l = -g + if s > half { 1.0 } else { -1.0 };
+                    if l > v.min_r {
+                        let b = l - v.min_r;
+                        let eta = (self.diag[u] + self.diag[j] - 2.0 * row_j[u]).max(TINY_ETA);
+                        if 0.5 * b * b / eta > best_exact {
+                            let decrease = exact(u);
+                            if decrease > best_exact {
+                                best_exact = decrease;
+                                i = u;
+                            }
                         }
                     }
                 }
@@ -634,6 +669,7 @@ impl UsmoValidParams {
             .filter(|&u| kept[u].is_some_and(|s| s.sigma > 0.0))
             .collect();
         let mut f_old = vec![0.0; n];
+        let mut guess = vec![0.0; n];
         if !new_u.is_empty() {
             let p = split.positives.n_rows();
             let old_c1 = state.prior / (2.0 * state.lambda * state.n_positive as f64);
@@ -661,6 +697,17 @@ impl UsmoValidParams {
             ]);
             let mut kb = KernelRows::new(self.kernel, &basis, 0);
             let mut buf = vec![0.0; basis.n_rows()];
+            // A new sample guessed σ > 0 needs its whole row for Qσ below; its values against
+            // the kept support samples are in `buf` already, so only the rest are computed.
+            let in_kept_sv = {
+                let mut mark = vec![false; n];
+                kept_sv.iter().for_each(|&u| mark[u] = true);
+                mark
+            };
+            let rest_of_window: Vec<usize> = (0..n).filter(|&u| !in_kept_sv[u]).collect();
+            let rest_rows = split.unlabeled.select(&rest_of_window);
+            let mut kw = KernelRows::new(self.kernel, &rest_rows, 0);
+            let mut rest_buf = vec![0.0; rest_of_window.len()];
             for &u in &new_u {
                 kb.cross_row(split.unlabeled.row(u), &mut buf);
                 let (pos, others) = buf.split_at(p);
@@ -684,16 +731,28 @@ impl UsmoValidParams {
                         .zip(&weights_old_rest)
                         .map(|(k, w)| w * k)
                         .sum::<f64>();
+                guess[u] = kkt_guess(f_old[u], c2);
+                if guess[u] > 0.0 {
+                    kw.cross_row(split.unlabeled.row(u), &mut rest_buf);
+                    let mut full = vec![0.0; n];
+                    for (&v, &k) in kept_sv.iter().zip(&others[..kept_sv.len()]) {
+                        full[v] = k;
+                    }
+                    for (&v, &k) in rest_of_window.iter().zip(&rest_buf) {
+                        full[v] = k;
+                    }
+                    kr.insert(u, full);
+                }
             }
-            extra_evaluations += kb.evaluations;
+            extra_evaluations += kb.evaluations + kw.evaluations;
         }
 
         // σ: kept samples keep their place relative to the box, σ·c2/c2_old: c2 = 1/(2λn)
         // moves with every change of the window size, and a sample left at the old c2 or
         // c2/2 would sit strictly inside the new box, costing a pair step to put back on
         // its bound. Qσ over the kept samples scales by the same factor, so this costs no
-        // kernel value. New samples get the KKT-consistent guess from f_old: 0 if
-        // f_old < −1, c2 if f_old > 1, c2/2 otherwise.
+        // kernel value. New samples take their KKT-consistent guess from f_old
+        // ([`kkt_guess`], made above).
         let c2_old = 1.0 / (2.0 * state.lambda * state.unlabeled.len() as f64);
         let rho = c2 / c2_old;
         q_sigma.iter_mut().for_each(|qs| *qs *= rho);
@@ -705,13 +764,7 @@ impl UsmoValidParams {
         let mut sigma = before.clone();
         for &u in &new_u {
             g_estimate[u] = f_old[u] - prev.expansion.bias;
-            sigma[u] = if f_old[u] < -1.0 {
-                0.0
-            } else if f_old[u] > 1.0 {
-                c2
-            } else {
-                0.5 * c2
-            };
+            sigma[u] = guess[u];
         }
         let is_new: Vec<bool> = kept.iter().map(Option::is_none).collect();
         restore_equality(&mut sigma, &g_estimate, &is_new, target, c2);
@@ -744,6 +797,18 @@ impl UsmoValidParams {
             s_pp,
             extra_evaluations,
         })
+    }
+}
+
+/// The σ of a new sample consistent with the KKT conditions under the previous decision
+/// function: 0 if f_old < −1, c2 if f_old > 1, c2/2 otherwise.
+fn kkt_guess(f_old: f64, c2: f64) -> f64 {
+    if f_old < -1.0 {
+        0.0
+    } else if f_old > 1.0 {
+        c2
+    } else {
+        0.5 * c2
     }
 }
 
