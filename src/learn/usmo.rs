@@ -361,7 +361,15 @@ impl Solver<'_> {
             // exact one.
             let exact = |u: usize| {
                 let eta = (self.diag[u] + self.diag[j] - 2.0 * row_j[u]).max(0.0);
-                -pair_minimum(self.sigma[u], self.sigma[j], self.g[u], self.g[j], eta, self.c2).1
+                -pair_minimum(
+                    self.sigma[u],
+                    self.sigma[j],
+                    self.g[u],
+                    self.g[j],
+                    eta,
+                    self.c2,
+                )
+                .1
             };
             let mut best_exact = exact(i);
             for (u, (&s, &g)) in self.sigma.iter().zip(&self.g).enumerate() {
