@@ -232,11 +232,6 @@ fn snap(v: f64, c2: f64) -> f64 {
 /// Each piece's minimiser is clipped to the piece (the per-case clipping), and the best of all
 /// candidates wins. With η ≈ 0 each piece is linear, so only its ends are candidates.
 pub fn pair_step(sigma_i: f64, sigma_j: f64, g_i: f64, g_j: f64, eta: f64, c2: f64) -> f64 {
-    pair_minimum(sigma_i, sigma_j, g_i, g_j, eta, c2).0
-}
-
-/// [`pair_step`]'s minimiser t and the change φ(t) ≤ 0 of the dual objective it brings.
-fn pair_minimum(sigma_i: f64, sigma_j: f64, g_i: f64, g_j: f64, eta: f64, c2: f64) -> (f64, f64) {
     let half = 0.5 * c2;
     let t_max = sigma_i.min(c2 - sigma_j).max(0.0);
     let phi = |t: f64| {
@@ -245,8 +240,7 @@ fn pair_minimum(sigma_i: f64, sigma_j: f64, g_i: f64, g_j: f64, eta: f64, c2: f6
             + ((sigma_i - t - half).abs() - (sigma_i - half).abs())
             + ((sigma_j + t - half).abs() - (sigma_j - half).abs())
     };
-    // At most four knots: the segment ends and the two breakpoints; no allocation, since the
-    // working-pair search calls this for many candidates.
+    // At most four knots: the segment ends and the two breakpoints (no allocation).
     let mut knots = [0.0, t_max, t_max, t_max];
     let mut count = 2;
     for b in [sigma_i - half, half - sigma_j] {
@@ -273,7 +267,7 @@ fn pair_minimum(sigma_i: f64, sigma_j: f64, g_i: f64, g_j: f64, eta: f64, c2: f6
             consider((-(g_i - g_j + kappa) / eta).clamp(a, b));
         }
     }
-    best
+    best.0
 }
 
 /// The solver's working state over the unlabeled samples.
@@ -351,39 +345,6 @@ impl Solver<'_> {
                         if gain > best_gain {
                             best_gain = gain;
                             i = u;
-                        }
-                    }
-                }
-            }
-            // b²/(2η) bounds the decrease a pair can bring (the V-terms only add slope
-            // beyond t = 0), but a step that stops at a kink or a bound brings less: among the
-            // candidates whose bound beats the best exact decrease so far, take the largest
-            // exact one.
-            let exact = |u: usize| {
-                let eta = (self.diag[u] + self.diag[j] - 2.0 * row_j[u]).max(0.0);
-                -pair_minimum(
-                    self.sigma[u],
-                    self.sigma[j],
-                    self.g[u],
-                    self.g[j],
-                    eta,
-                    self.c2,
-                )
-                .1
-            };
-            let mut best_exact = exact(i);
-            for (u, (&s, &g)) in self.sigma.iter().zip(&self.g).enumerate() {
-                if s > 0.0 && u != i {
-                    let l = -g + if s > half { 1.0 } else { -1.0 };
-                    if l > v.min_r {
-                        let b = l - v.min_r;
-                        let eta = (self.diag[u] + self.diag[j] - 2.0 * row_j[u]).max(TINY_ETA);
-                        if 0.5 * b * b / eta > best_exact {
-                            let decrease = exact(u);
-                            if decrease > best_exact {
-                                best_exact = decrease;
-                                i = u;
-                            }
                         }
                     }
                 }
@@ -1007,9 +968,14 @@ mod tests {
             }
             prop_assert!(fit.report.max_violation <= 1e-6);
             prop_assert!(fit.report.dual_objective.is_finite());
+            // At a point whose violation is ≤ tol with the bias at the interval's midpoint, each
+            // sample's complementary slackness is off by ≤ c2·tol, so the duality gap is at
+            // most n·c2·tol = tol/(2λ) (plus round-off).
             let scale = fit.report.dual_objective.abs().max(1.0);
-            prop_assert!(fit.report.duality_residual.abs() <= 1e-5 * scale,
-                "residual {} dual {}", fit.report.duality_residual, fit.report.dual_objective);
+            let gap_bound = 1e-6 / (2.0 * lambda) + 1e-9 * scale;
+            prop_assert!(fit.report.duality_residual.abs() <= gap_bound,
+                "residual {} bound {gap_bound} dual {}", fit.report.duality_residual,
+                fit.report.dual_objective);
         }
     }
 
