@@ -405,7 +405,7 @@ impl Metrics {
                         "neyman_kafka_consumer_lag_messages",
                         "Consumer lag per assigned input partition (high watermark minus committed offset).",
                     ),
-                    &["topic", "partition"],
+                    &["group", "topic", "partition"],
                 )?,
             )?,
             kafka_rebalances: labelled_counter(
@@ -514,7 +514,7 @@ mod tests {
             .with_label_values(&["/v1/score", "200"])
             .inc();
         m.kafka_consumer_lag
-            .with_label_values(&["neyman.unlabeled", "0"])
+            .with_label_values(&["neyman", "neyman.unlabeled", "0"])
             .set(5);
         m.kafka_produce_errors
             .with_label_values(&["neyman.scores"])

@@ -22,7 +22,7 @@ fn the_exposition_passes_promtool_check_metrics() {
     m.scoring_latency.observe(2e-5);
     m.fpr_bound.set(0.04);
     m.kafka_consumer_lag
-        .with_label_values(&["neyman.unlabeled", "0"])
+        .with_label_values(&["neyman", "neyman.unlabeled", "0"])
         .set(12);
     m.kafka_produce_errors
         .with_label_values(&["neyman.scores"])

@@ -415,6 +415,9 @@ type CommitPoints = BTreeMap<(String, i32), (i64, i64)>;
 /// Consumer context: rebalances, commit results and lag statistics.
 struct GroupContext {
     metrics: Metrics,
+    /// The consumer group (`group_id`, or `<group_id>.trainer`): the lag gauge's `group` label,
+    /// so lag is summed per group and a trainer's view of the inputs never adds to the scorers'.
+    group: String,
     changes: Mutex<Vec<GroupChange>>,
     /// Committed synchronously when a partition is revoked, before another member takes it.
     commit_points: Mutex<CommitPoints>,
@@ -531,7 +534,7 @@ impl ClientContext for GroupContext {
                 if *partition >= 0 && p.consumer_lag >= 0 {
                     self.metrics
                         .kafka_consumer_lag
-                        .with_label_values(&[topic, &partition.to_string()])
+                        .with_label_values(&[&self.group, topic, &partition.to_string()])
                         .set(p.consumer_lag);
                 }
             }
@@ -555,10 +558,11 @@ impl ConsumerContext for GroupContext {
             let points = lock(&self.commit_points).clone();
             // A revoked partition's lag is another member's to report now.
             for (topic, partition) in &revoked {
-                let _ = self
-                    .metrics
-                    .kafka_consumer_lag
-                    .remove_label_values(&[topic, &partition.to_string()]);
+                let _ = self.metrics.kafka_consumer_lag.remove_label_values(&[
+                    &self.group,
+                    topic,
+                    &partition.to_string(),
+                ]);
             }
             let revoked_points: CommitPoints = points
                 .into_iter()
@@ -718,6 +722,7 @@ pub fn connect(
     let done: BaseConsumer<DoneContext> = done_config.create_with_context(DoneContext)?;
     let context = GroupContext {
         metrics: metrics.clone(),
+        group: group.clone(),
         changes: Mutex::new(Vec::new()),
         commit_points: Mutex::new(BTreeMap::new()),
         done,
