@@ -528,21 +528,33 @@ impl ClientContext for GroupContext {
     }
 
     fn stats(&self, statistics: Statistics) {
-        for (topic, t) in &statistics.topics {
-            for (partition, p) in &t.partitions {
-                // Partition -1 is librdkafka's internal "unassigned" entry; -1 lag is unknown.
-                if *partition >= 0 && p.consumer_lag >= 0 {
-                    self.metrics
-                        .kafka_consumer_lag
-                        .with_label_values(&[&self.group, topic, &partition.to_string()])
-                        .set(p.consumer_lag);
-                }
-            }
-        }
+        let lags = statistics.topics.iter().flat_map(|(topic, t)| {
+            t.partitions
+                .iter()
+                .map(move |(partition, p)| (topic.as_str(), *partition, p.consumer_lag))
+        });
+        publish_lags(&self.metrics, &self.group, lags);
     }
 
     fn error(&self, error: RdKafkaError, reason: &str) {
         tracing::warn!(%error, reason, "kafka consumer error");
+    }
+}
+
+/// Sets the lag gauge of `group` from librdkafka's per-partition statistics.
+fn publish_lags<'a>(
+    metrics: &Metrics,
+    group: &str,
+    lags: impl Iterator<Item = (&'a str, i32, i64)>,
+) {
+    for (topic, partition, lag) in lags {
+        // Partition -1 is librdkafka's internal "unassigned" entry; -1 lag is unknown.
+        if partition >= 0 && lag >= 0 {
+            metrics
+                .kafka_consumer_lag
+                .with_label_values(&[group, topic, &partition.to_string()])
+                .set(lag);
+        }
     }
 }
 
@@ -1215,4 +1227,42 @@ pub fn run(
     }
     lp.clients.consumer.unsubscribe();
     Ok(lp.summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_is_published_per_group_and_unknown_entries_are_skipped() {
+        let registry = prometheus::Registry::new();
+        let metrics = Metrics::new(&registry).expect("metrics");
+        let lags = [
+            ("neyman.unlabeled", 0, 12),
+            ("neyman.unlabeled", -1, 99),
+            ("neyman.unlabeled", 1, -1),
+            ("neyman.positive", 2, 0),
+        ];
+        publish_lags(&metrics, "neyman.trainer", lags.into_iter());
+        let gauge = |t: &str, p: &str| {
+            metrics
+                .kafka_consumer_lag
+                .get_metric_with_label_values(&["neyman.trainer", t, p])
+                .map(|g| g.get())
+                .ok()
+        };
+        assert_eq!(gauge("neyman.unlabeled", "0"), Some(12));
+        assert_eq!(gauge("neyman.positive", "2"), Some(0));
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("encode");
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("neyman_kafka_consumer_lag_messages{"))
+            .collect();
+        assert_eq!(series.len(), 2, "{series:?}");
+        assert!(series
+            .iter()
+            .all(|l| l.contains("group=\"neyman.trainer\"")));
+    }
 }
