@@ -1202,17 +1202,22 @@ mod tests {
         (e, registry)
     }
 
+    /// Feeds the bundled stream until the first model is active; returns its version.
+    fn feed_until_first_model(e: &mut Engine, registry: &Registry) -> u64 {
+        for record in RecordReader::open(std::path::Path::new(STREAM)).expect("stream") {
+            e.handle(&record.expect("record")).expect("handled");
+            if let Some(active) = registry.active() {
+                return active.meta.version;
+            }
+        }
+        panic!("the bundled stream trains a first model");
+    }
+
     #[test]
     fn a_rejected_retrain_keeps_the_active_model() {
         let dir = tempfile::tempdir().expect("temp dir");
         let (mut e, registry) = engine(dir.path(), "");
-        for record in RecordReader::open(std::path::Path::new(STREAM)).expect("stream") {
-            e.handle(&record.expect("record")).expect("handled");
-            if registry.active().is_some() {
-                break;
-            }
-        }
-        let active = registry.active().expect("a first model").meta.version;
+        let active = feed_until_first_model(&mut e, &registry);
         // τ = 0.1 % needs ⌈log 0.05 / log 0.999⌉ = 2995 calibration negatives: none certify.
         e.config.model.tau = 0.001;
         let outcome = e.retrain();
@@ -1244,13 +1249,7 @@ mod tests {
     fn a_non_finite_solution_is_rejected_and_not_kept_as_warm_start() {
         let dir = tempfile::tempdir().expect("temp dir");
         let (mut e, registry) = engine(dir.path(), "");
-        for record in RecordReader::open(std::path::Path::new(STREAM)).expect("stream") {
-            e.handle(&record.expect("record")).expect("handled");
-            if registry.active().is_some() {
-                break;
-            }
-        }
-        let active = registry.active().expect("a first model").meta.version;
+        let active = feed_until_first_model(&mut e, &registry);
         let warm_before = e.learner.as_ref().and_then(|l| l.previous.clone());
         assert!(warm_before.is_some(), "the first model left a warm start");
         let started = Instant::now();

@@ -240,16 +240,12 @@ pub fn pair_step(sigma_i: f64, sigma_j: f64, g_i: f64, g_j: f64, eta: f64, c2: f
             + ((sigma_i - t - half).abs() - (sigma_i - half).abs())
             + ((sigma_j + t - half).abs() - (sigma_j - half).abs())
     };
-    // At most four knots: the segment ends and the two breakpoints (no allocation).
-    let mut knots = [0.0, t_max, t_max, t_max];
-    let mut count = 2;
+    let mut knots = vec![0.0, t_max];
     for b in [sigma_i - half, half - sigma_j] {
         if b > 0.0 && b < t_max {
-            knots[count] = b;
-            count += 1;
+            knots.push(b);
         }
     }
-    let knots = &mut knots[..count];
     knots.sort_by(f64::total_cmp);
     let mut best = (0.0, 0.0);
     let mut consider = |t: f64| {
@@ -638,7 +634,6 @@ impl UsmoValidParams {
             .filter(|&u| kept[u].is_some_and(|s| s.sigma > 0.0))
             .collect();
         let mut f_old = vec![0.0; n];
-        let mut guess = vec![0.0; n];
         if !new_u.is_empty() {
             let p = split.positives.n_rows();
             let old_c1 = state.prior / (2.0 * state.lambda * state.n_positive as f64);
@@ -668,12 +663,9 @@ impl UsmoValidParams {
             let mut buf = vec![0.0; basis.n_rows()];
             // A new sample guessed σ > 0 needs its whole row for Qσ below; its values against
             // the kept support samples are in `buf` already, so only the rest are computed.
-            let in_kept_sv = {
-                let mut mark = vec![false; n];
-                kept_sv.iter().for_each(|&u| mark[u] = true);
-                mark
-            };
-            let rest_of_window: Vec<usize> = (0..n).filter(|&u| !in_kept_sv[u]).collect();
+            let rest_of_window: Vec<usize> = (0..n)
+                .filter(|&u| !kept[u].is_some_and(|s| s.sigma > 0.0))
+                .collect();
             let rest_rows = split.unlabeled.select(&rest_of_window);
             let mut kw = KernelRows::new(self.kernel, &rest_rows, 0);
             let mut rest_buf = vec![0.0; rest_of_window.len()];
@@ -700,8 +692,7 @@ impl UsmoValidParams {
                         .zip(&weights_old_rest)
                         .map(|(k, w)| w * k)
                         .sum::<f64>();
-                guess[u] = kkt_guess(f_old[u], c2);
-                if guess[u] > 0.0 {
+                if kkt_guess(f_old[u], c2) > 0.0 {
                     kw.cross_row(split.unlabeled.row(u), &mut rest_buf);
                     let mut full = vec![0.0; n];
                     for (&v, &k) in kept_sv.iter().zip(&others[..kept_sv.len()]) {
@@ -721,7 +712,7 @@ impl UsmoValidParams {
         // c2/2 would sit strictly inside the new box, costing a pair step to put back on
         // its bound. Qσ over the kept samples scales by the same factor, so this costs no
         // kernel value. New samples take their KKT-consistent guess from f_old
-        // ([`kkt_guess`], made above).
+        // ([`kkt_guess`]).
         let c2_old = 1.0 / (2.0 * state.lambda * state.unlabeled.len() as f64);
         let rho = c2 / c2_old;
         q_sigma.iter_mut().for_each(|qs| *qs *= rho);
@@ -733,7 +724,7 @@ impl UsmoValidParams {
         let mut sigma = before.clone();
         for &u in &new_u {
             g_estimate[u] = f_old[u] - prev.expansion.bias;
-            sigma[u] = guess[u];
+            sigma[u] = kkt_guess(f_old[u], c2);
         }
         let is_new: Vec<bool> = kept.iter().map(Option::is_none).collect();
         restore_equality(&mut sigma, &g_estimate, &is_new, target, c2);
