@@ -561,7 +561,13 @@ fn a_trainer_publishes_a_large_model_and_a_scorer_takes_over_from_a_killed_one()
     let trainer = Daemon::start(
         &broker,
         &dir.path().join("trainer"),
-        &[four[0], ("NEYMAN_KAFKA_ROLE", "trainer")],
+        &[
+            four[0],
+            ("NEYMAN_KAFKA_ROLE", "trainer"),
+            // The first retrain sees the whole first half (see the oversize test below).
+            ("NEYMAN_RETRAIN_MIN_POSITIVE", "300"),
+            ("NEYMAN_RETRAIN_MIN_UNLABELED", "1500"),
+        ],
     );
     let scorer = [("NEYMAN_KAFKA_ROLE", "scorer"), four[0]];
     let mut a = Daemon::start(&broker, &dir.path().join("a"), &scorer);
@@ -632,6 +638,11 @@ fn a_model_over_model_max_bytes_is_not_published_and_is_counted() {
         &[
             ("NEYMAN_KAFKA_ROLE", "trainer"),
             ("NEYMAN_KAFKA_MODEL_MAX_BYTES", "200000"),
+            // The one retrain sees the whole stream: an earlier one, on whatever part had
+            // arrived, may have too little calibration data to certify, and then no model
+            // reaches the size check.
+            ("NEYMAN_RETRAIN_MIN_POSITIVE", "300"),
+            ("NEYMAN_RETRAIN_MIN_UNLABELED", "1500"),
         ],
     );
     trainer.wait_for("a refused publication", |m| {
