@@ -62,13 +62,15 @@ fn warm_vs_cold(c: &mut Criterion) {
             .expect("fit");
         let (c_r, w_r) = (&cold.report, &warm.report);
         eprintln!(
-            "n={n}: cold {} pair steps, {} kernel values, {:.3}s | warm {} pair steps, {} kernel \
-             values, {:.3}s | warm/cold: steps {:.3}, kernel values {:.3}, time {:.3} | dual \
-             rel diff {:.1e}",
+            "n={n}: cold {} pair steps + {} Newton, {} kernel values, {:.3}s | warm {} pair steps \
+             + {} Newton, {} kernel values, {:.3}s | warm/cold: steps {:.3}, kernel values {:.3}, \
+             time {:.3} | dual rel diff {:.1e}",
             c_r.iterations,
+            c_r.newton_steps,
             c_r.kernel_evaluations,
             c_r.train_seconds,
             w_r.iterations,
+            w_r.newton_steps,
             w_r.kernel_evaluations,
             w_r.train_seconds,
             w_r.iterations as f64 / c_r.iterations as f64,

@@ -383,6 +383,7 @@ fn train_report_json_fields_and_optimality() {
     let report = run.json();
     for key in [
         "iterations",
+        "newton_steps",
         "passes",
         "kernel_evaluations",
         "cache_hit_rate",
@@ -1246,7 +1247,7 @@ fn tfpl_umbrella_threshold_is_certified_and_flags_scores() {
     assert_eq!(rows, 683);
     let inspect = neyman(&["model", "inspect", s(&model)]).ok().json();
     assert_eq!(inspect["algorithm"], "tfpl");
-    assert_eq!(inspect["format_version"], 2);
+    assert_eq!(inspect["format_version"], 3);
     assert_eq!(inspect["threshold"]["method"], "umbrella");
 }
 

@@ -42,7 +42,8 @@ fn fit(x: &Array2<f64>, p: usize, prior: f64, lambda: f64, kernel: Kernel) -> Us
 
 /// One comparison: dual objective to 1e-6 relative, primal objective likewise, duality residual
 /// ≈ 0, our bias inside the reference's feasible bias interval, decision values on fresh points.
-fn compare(seed: u64, p: usize, n: usize, prior: f64, lambda: f64, rbf_gamma: Option<f64>) {
+/// Checks USMO against the reference on one problem; returns the free-set Newton steps taken.
+fn compare(seed: u64, p: usize, n: usize, prior: f64, lambda: f64, rbf_gamma: Option<f64>) -> u64 {
     let x = random_pu_problem(seed, p, n, 4);
     let test = random_pu_problem(seed + 1000, 5, 25, 4);
     let (k, k_test, kernel) = match rbf_gamma {
@@ -118,30 +119,35 @@ fn compare(seed: u64, p: usize, n: usize, prior: f64, lambda: f64, rbf_gamma: Op
         .unlabeled
         .iter()
         .all(|u| (0.0..=c2).contains(&u.sigma)));
+    r.newton_steps
 }
 
 #[test]
 fn linear_kernel_matches_the_interior_point_solution() {
     let mut seed = 1;
+    let mut newton_steps = 0;
     for lambda in [1e-3, 1e-2, 1e-1] {
         for prior in [0.2, 0.5, 0.8] {
-            compare(seed, 8, 40, prior, lambda, None);
+            newton_steps += compare(seed, 8, 40, prior, lambda, None);
             seed += 1;
         }
     }
+    assert!(newton_steps > 0, "the free-set Newton steps are covered");
 }
 
 #[test]
 fn rbf_kernel_matches_the_interior_point_solution() {
     let mut seed = 100;
+    let mut newton_steps = 0;
     for lambda in [1e-3, 1e-2, 1e-1] {
         for prior in [0.2, 0.5, 0.8] {
             for gamma in [0.1, 1.0] {
-                compare(seed, 10, 50, prior, lambda, Some(gamma));
+                newton_steps += compare(seed, 10, 50, prior, lambda, Some(gamma));
                 seed += 1;
             }
         }
     }
+    assert!(newton_steps > 0, "the free-set Newton steps are covered");
 }
 
 #[test]

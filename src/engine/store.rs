@@ -5,7 +5,7 @@
 //!   writes the new value (atomically) *before* returning it, so a version is never issued twice,
 //!   even across a crash between issuing and saving.
 //! - `models/model-<version, 20 digits>.nmd`: one file per accepted model,
-//!   `codec::frame(b"NEYMANDM", 1, algorithm tag, bincode((ModelMeta, Model)))`; the newest
+//!   `codec::frame(b"NEYMANDM", 2, algorithm tag, bincode((ModelMeta, Model)))`; the newest
 //!   `keep` files are kept. The zero padding makes name order version order.
 //!
 //! Every write is atomic: a temporary file in the same directory, fsync, rename, fsync of the
@@ -24,8 +24,9 @@ use crate::learn::model::Model;
 
 /// The first 8 bytes of a daemon model file.
 pub const MAGIC: &[u8; 8] = b"NEYMANDM";
-/// The daemon model file layout version.
-pub const FORMAT_VERSION: u32 = 1;
+/// The daemon model file layout version: 2 since the USMO report gained `newton_steps`. A file
+/// of another version is skipped with a warning, like a corrupt one, and the daemon trains anew.
+pub const FORMAT_VERSION: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

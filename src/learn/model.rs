@@ -20,8 +20,9 @@ use crate::learn::Scorer;
 /// The first 8 bytes of every model file.
 pub const MAGIC: &[u8; 8] = b"NEYMANMD";
 /// The layout version written and read. Version 2 added τ-FPL models and the calibrated
-/// threshold; version 1 files (USMO without a threshold) are refused: retrain them.
-pub const FORMAT_VERSION: u32 = 2;
+/// threshold; version 3 added `newton_steps` to the USMO report. Older files are refused with
+/// the version named: retrain them.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// A trained scorer of any algorithm, with what it was trained on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
