@@ -42,7 +42,7 @@
 //! Inputs are assumed to be of a magnitude whose sums do not overflow (|x|·(m+n) < f64::MAX).
 
 /// Work counters of one projection.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ProjectionStats {
     /// Element reads: one per entry of a⁰, b⁰, a cache or a sample read in a pass, the
     /// validation, selection and output passes included (a sort of s values counts
@@ -50,6 +50,8 @@ pub struct ProjectionStats {
     pub visits: u64,
     /// Outer iterations: trial points of [`project`], sweep segments of [`project_sorted`].
     pub iterations: u32,
+    /// λ* of problem (9) (α = [a⁰ − λ*]₊): a start for [`project_from`] on a nearby input.
+    pub lambda: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -312,6 +314,7 @@ pub fn project_sorted(
         // validation, copies, sorts, prefix sums
         visits: (m + n) as u64 * 3 + m as u64 * log2_ceil(m) + n as u64 * log2_ceil(n),
         iterations: 0,
+        lambda: 0.0,
     };
     let mut a = a0.to_vec();
     let mut b = b0.to_vec();
@@ -326,6 +329,7 @@ pub fn project_sorted(
         alpha.fill(0.0);
         beta.fill(0.0);
         stats.visits += (m + n) as u64;
+        stats.lambda = a[0];
         return Ok(stats);
     }
 
@@ -408,6 +412,7 @@ pub fn project_sorted(
     };
 
     let lambda = (sa[p].get() - c_star) / p as f64;
+    stats.lambda = lambda;
     let c = write_alpha(a0, lambda, alpha);
     let u = c / kf;
     match side {
@@ -1643,6 +1648,22 @@ pub fn project(
     beta: &mut [f64],
     ws: &mut ProjectionWorkspace,
 ) -> Result<ProjectionStats, ProjectionError> {
+    project_from(a0, b0, k, alpha, beta, ws, None)
+}
+
+/// [`project`] with the first trial λ given: the λ* of a previous projection of a nearby input
+/// (consecutive FISTA steps project nearly the same point), so the Newton-safeguarded search
+/// starts next to the root instead of at a sampled midpoint. The result does not depend on
+/// `start`; only the work does.
+pub fn project_from(
+    a0: &[f64],
+    b0: &[f64],
+    k: usize,
+    alpha: &mut [f64],
+    beta: &mut [f64],
+    ws: &mut ProjectionWorkspace,
+    start: Option<f64>,
+) -> Result<ProjectionStats, ProjectionError> {
     check_shapes(a0, b0, k, alpha, beta)?;
     let (m, n) = (a0.len(), b0.len());
     let kf = k as f64;
@@ -1667,10 +1688,10 @@ pub fn project(
             .fold(f64::NEG_INFINITY, f64::max)
     };
     let (a_hat, b_hat) = (sample_max(a0), sample_max(b0));
-    let lambda1 = if (a_hat - b_hat).is_finite() {
-        0.5 * (a_hat - b_hat)
-    } else {
-        0.0
+    let lambda1 = match start {
+        Some(l) if l.is_finite() => l,
+        _ if (a_hat - b_hat).is_finite() => 0.5 * (a_hat - b_hat),
+        _ => 0.0,
     };
     let mut sel = Selection::new(b0, k, &mut ws.sample, &mut rng, &mut stats.visits);
     let (ap1, a_max) = alpha_scan(a0, lambda1, &mut ws.a[0])?;
@@ -1713,6 +1734,7 @@ pub fn project(
     if kf * a_max + top.s_k <= 0.0 {
         alpha.fill(0.0);
         beta.fill(0.0);
+        stats.lambda = a_max;
         return Ok(stats);
     }
 
@@ -1876,6 +1898,7 @@ pub fn project(
         next = lambda - (1.0 + overshoot) * f / (1.0 + p * slope);
     };
 
+    stats.lambda = lambda_star;
     let c = write_alpha(a0, lambda_star, alpha);
     stats.visits += m as u64;
     let u = c / kf;
@@ -1987,6 +2010,23 @@ mod tests {
         );
         assert_feasible(&dc, k, scale)?;
         assert_feasible(&sorted, k, scale)?;
+        // A start changes the work only: the root itself, next to it, and far off both sides.
+        let (mut alpha, mut beta) = (vec![0.0; a0.len()], vec![0.0; b0.len()]);
+        let root = project_from(a0, b0, k, &mut alpha, &mut beta, &mut ws, None)
+            .expect("valid input")
+            .lambda;
+        for start in [
+            root,
+            root + 1e-9 * scale,
+            root - 0.3,
+            10.0 * scale,
+            -10.0 * scale,
+        ] {
+            project_from(a0, b0, k, &mut alpha, &mut beta, &mut ws, Some(start))
+                .expect("valid input");
+            let d = max_diff(&(alpha.clone(), beta.clone()), &sorted) / scale;
+            prop_assert!(d <= 1e-12, "start {start}: dc vs sorted {d:e}");
+        }
         check_kkt(a0, b0, k, &dc)
     }
 

@@ -27,7 +27,9 @@ use serde::{Deserialize, Serialize};
 use crate::data::{Dataset, Label, RowRef, Rows};
 use crate::learn::kernel::{dots_into, Kernel, KernelError, KernelExpansion, KernelRows};
 use crate::learn::positive_finite;
-use crate::learn::projection::{k_for, project, ProjectionError, ProjectionWorkspace};
+use crate::learn::projection::{
+    k_for, project, project_from, ProjectionError, ProjectionWorkspace,
+};
 
 /// Unchecked τ-FPL hyper-parameters; [`TfplParams::check`] makes [`TfplValidParams`].
 #[derive(Debug, Clone, PartialEq)]
@@ -489,6 +491,8 @@ impl Fista {
         // and the score map's scratch.
         let (mut grad, mut snext) = (vec![0.0; len], vec![0.0; len]);
         let (mut u, mut v) = (Vec::with_capacity(len), Vec::new());
+        // Each step projects a point near the last one: its λ* starts the next projection.
+        let mut last_lambda = None;
         let mut outcome = Outcome {
             stop: Stop::Limit,
             iterations: 0,
@@ -534,8 +538,9 @@ impl Fista {
                     }
                 }
                 let (alpha, beta) = next.split_at_mut(m);
-                let stats = project(&a0, &b0, self.k, alpha, beta, ws)?;
+                let stats = project_from(&a0, &b0, self.k, alpha, beta, ws, last_lambda)?;
                 self.visits += stats.visits;
+                last_lambda = Some(stats.lambda);
                 self.scores_into(&next, &mut snext, &mut u, &mut v);
                 let (mut linear, mut square) = (0.0, 0.0);
                 for ((n, y), g) in next.iter().zip(&y).zip(&grad) {
