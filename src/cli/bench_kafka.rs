@@ -293,13 +293,21 @@ fn pipeline(
         let joined = metrics.kafka_rebalances.with_label_values(&["assign"]);
         // Feeding starts once the pipeline holds its partitions: the group join (seconds) is
         // not end-to-end latency.
+        // The feeder's producer connects first as well: its metadata round trips would
+        // otherwise hold the first events back with their CreateTime already stamped.
         std::thread::spawn(move || {
+            let producer: ThreadedProducer<DefaultProducerContext> =
+                producer_config(&k).create().map_err(failed)?;
+            producer
+                .client()
+                .fetch_metadata(Some(&topic), Duration::from_secs(30))
+                .map_err(failed)?;
             let deadline = Instant::now() + Duration::from_secs(120);
             while joined.get() == 0 && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
             std::thread::sleep(Duration::from_millis(500));
-            paced(&k, &topic, &payloads, rate)
+            paced(&producer, &topic, &payloads, rate)
         })
     });
     // Any outcome counts as handled (a scorer windows nothing).
@@ -344,13 +352,11 @@ fn pipeline(
 
 /// Produces `payloads` at `rate` per second (in 10 ms batches).
 fn paced(
-    k: &KafkaConfig,
+    producer: &ThreadedProducer<DefaultProducerContext>,
     topic: &str,
     payloads: &[(String, Vec<u8>)],
     rate: f64,
 ) -> Result<(), CliError> {
-    let producer: ThreadedProducer<DefaultProducerContext> =
-        producer_config(k).create().map_err(failed)?;
     let started = Instant::now();
     for (i, (key, payload)) in payloads.iter().enumerate() {
         let due = Duration::from_secs_f64(i as f64 / rate);
