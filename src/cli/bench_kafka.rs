@@ -11,7 +11,11 @@
 //!    (auto-commit of stored offsets).
 //! 5. **pipeline**: [`crate::engine::kafka::run`] consumes them (windows, scoring, scores with
 //!    headers, at-least-once commits), until every score is acknowledged.
-//! 6. **latency**: a second pipeline reads a topic fed at `--rate` events/s while it runs;
+//! 6. **engine alone**: the same events through [`Engine::handle`] in-process, scores to a
+//!    sink: the work the pipeline adds to the raw loop's. Its time plus the raw loop's is what
+//!    one thread doing both needs, so `single_thread_bound_over_raw` = t_raw / (t_raw +
+//!    t_engine) bounds `pipeline_over_raw` for a single poll thread.
+//! 7. **latency**: a second pipeline reads a topic fed at `--rate` events/s while it runs;
 //!    end-to-end latency of an event = CreateTime of its score − CreateTime of the event
 //!    (both stamped by producers on this machine), p50/p99 over `--paced-events`.
 //!
@@ -155,6 +159,41 @@ fn pretrain(config: &Config, dim: usize, rng: &mut ChaCha8Rng) -> Result<(), Cli
         return Err(failed("pretraining produced no accepted model"));
     }
     Ok(())
+}
+
+/// The engine alone, in-process, on the same events: the pretrained model resumed, each
+/// payload parsed, scored, windowed and its score serialised (to a sink). Seconds for all.
+fn engine_only(config: &Config, payloads: &Payloads) -> Result<f64, CliError> {
+    let dir = &config.state.dir;
+    let mut engine = Engine::new(
+        EngineParts {
+            config: config.clone(),
+            metrics: Metrics::new(&prometheus::Registry::new()).map_err(failed)?,
+            registry: Arc::new(Registry::new(2)),
+            store: ModelStore::open(dir, 2).map_err(failed)?,
+            outputs: Box::new(FileOutputs::new(
+                Box::new(std::io::sink()),
+                DlqWriter::open(&dir.join("engine-only-dlq.jsonl")).map_err(failed)?,
+            )),
+            cancel: Arc::new(AtomicBool::new(false)),
+        },
+        true,
+    )
+    .map_err(failed)?;
+    if engine.active().is_none() {
+        return Err(failed("the engine did not resume the pretrained model"));
+    }
+    let started = Instant::now();
+    for (i, (id, payload)) in payloads.iter().enumerate() {
+        let record = Record::new(
+            Channel::Unlabeled,
+            1_767_300_000_000 + i as i64,
+            Some(id.clone()),
+            payload.clone(),
+        );
+        engine.handle(&record).map_err(failed)?;
+    }
+    Ok(started.elapsed().as_secs_f64())
 }
 
 /// Consumes `n` messages of `topic`; seconds from the first message to the n-th.
@@ -479,6 +518,7 @@ fn measure(
     let consume = consume_only(&bulk, &bulk.topics.unlabeled, n)?;
     let raw = raw_loop(&bulk, &bulk.topics.unlabeled, &raw_out.topics.unlabeled, n)?;
     let piped = pipeline(config, &bulk, n, None)?;
+    let engine = engine_only(config, &payloads)?;
 
     let paced_payloads = generate(&mut rng, "p", args.paced_events);
     let _ = pipeline(
@@ -504,6 +544,8 @@ fn measure(
         "pipeline_per_second": rate(piped),
         "pipeline_over_raw": raw / piped,
         "target_pipeline_over_raw": 0.5,
+        "engine_only_per_second": rate(engine),
+        "single_thread_bound_over_raw": raw / (raw + engine),
         "latency": {
             "rate_per_second": args.rate,
             "events": latencies.len(),
@@ -515,11 +557,13 @@ fn measure(
     match args.report {
         Some(ReportFormat::Json) => println!("{report}"),
         None => println!(
-            "{n} events of {mean_bytes:.0} bytes\nconsume only: {:.0}/s\nraw loop (consume → produce → store offset): {:.0}/s\npipeline (consume → score → produce → commit): {:.0}/s = {:.2} × raw (target ≥ 0.5)\nlatency at {}/s: p50 {:.4}s, p99 {:.4}s over {} events",
+            "{n} events of {mean_bytes:.0} bytes\nconsume only: {:.0}/s\nraw loop (consume → produce → store offset): {:.0}/s\npipeline (consume → score → produce → commit): {:.0}/s = {:.2} × raw (target ≥ 0.5)\nengine alone (parse → score → window → serialise, no Kafka): {:.0}/s; one thread doing the raw loop's and the engine's work: ≤ {:.2} × raw\nlatency at {}/s: p50 {:.4}s, p99 {:.4}s over {} events",
             rate(consume),
             rate(raw),
             rate(piped),
             raw / piped,
+            rate(engine),
+            raw / (raw + engine),
             args.rate,
             quantile(&latencies, 0.5),
             quantile(&latencies, 0.99),
