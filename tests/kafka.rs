@@ -365,3 +365,60 @@ fn record_stops_after_its_duration_with_nothing_to_read() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("recorded 0 events"));
     assert_eq!(std::fs::read(&out_path).expect("written").len(), 0);
 }
+
+#[test]
+fn bench_kafka_reports_every_phase_with_consistent_figures() {
+    let broker = Broker::start();
+    let config = kafka_config_path();
+    let out = neyman(
+        &broker,
+        &[
+            "bench",
+            "kafka",
+            "--config",
+            &config,
+            "--events",
+            "3000",
+            "--paced-events",
+            "400",
+            "--rate",
+            "2000",
+            "--report",
+            "json",
+        ],
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    let number = |key: &str| {
+        report[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} missing: {report}"))
+    };
+    assert_eq!(report["events"], 3000);
+    for key in [
+        "consume_only_per_second",
+        "raw_loop_per_second",
+        "pipeline_per_second",
+        "engine_only_per_second",
+    ] {
+        assert!(number(key) > 0.0, "{key}: {report}");
+    }
+    // The ratios are what the rates give, and the single-thread bound is below 1 by definition.
+    let (raw, piped, engine) = (
+        number("raw_loop_per_second"),
+        number("pipeline_per_second"),
+        number("engine_only_per_second"),
+    );
+    assert!((number("pipeline_over_raw") - piped / raw).abs() < 1e-9 * (piped / raw));
+    let bound = engine / (raw + engine);
+    assert!((number("single_thread_bound_over_raw") - bound).abs() < 1e-9);
+    assert!(0.0 < bound && bound < 1.0);
+    assert_eq!(number("target_pipeline_over_raw"), 0.5);
+    let latency = &report["latency"];
+    assert_eq!(latency["events"], 400, "every paced event scored: {report}");
+    let (p50, p99) = (
+        latency["p50_seconds"].as_f64().expect("p50"),
+        latency["p99_seconds"].as_f64().expect("p99"),
+    );
+    assert!(0.0 <= p50 && p50 <= p99, "{latency}");
+}
