@@ -8,6 +8,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# pinned_venv DIR REQUIREMENTS: a venv at DIR with REQUIREMENTS installed by hash (wheels only);
+# it keeps a copy of the file and is rebuilt when the file changes or DIR is missing.
+pinned_venv() {
+  local dir=$1 requirements=$2
+  if cmp -s "$requirements" "$dir/requirements.txt"; then
+    return
+  fi
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+    local sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+  fi
+  rm -rf "$dir"
+  python3 -m venv "$dir"
+  "$dir/bin/python" -m pip install -q --require-hashes --only-binary=:all: -r "$requirements"
+  cp "$requirements" "$dir/requirements.txt"
+}
+
 if ! command -v promtool >/dev/null 2>&1; then
   sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
@@ -37,19 +56,10 @@ fi
 # deploy/requirements-k8s-validate.txt and rebuilt when that file changes. The PodMonitor is a
 # prometheus-operator CRD whose schema the package does not bundle: check_k8s.py covers it.
 K8S_VENV="$HOME/.cache/neyman-k8s-validate"
-if ! cmp -s deploy/requirements-k8s-validate.txt "$K8S_VENV/requirements.txt" \
-  || ! "$K8S_VENV/bin/kubernetes-validate" --version >/dev/null 2>&1; then
-  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
-    sudo=""
-    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-  fi
+if ! "$K8S_VENV/bin/kubernetes-validate" --version >/dev/null 2>&1; then
   rm -rf "$K8S_VENV"
-  python3 -m venv "$K8S_VENV"
-  "$K8S_VENV/bin/python" -m pip install -q --require-hashes --only-binary=:all: -r deploy/requirements-k8s-validate.txt
-  cp deploy/requirements-k8s-validate.txt "$K8S_VENV/requirements.txt"
 fi
+pinned_venv "$K8S_VENV" deploy/requirements-k8s-validate.txt
 for version in 1.30.0 1.37.0; do
   "$K8S_VENV/bin/kubernetes-validate" --strict --quiet -k "$version" \
     deploy/k8s/configmap.yaml deploy/k8s/deployment.yaml deploy/k8s/statefulset.yaml deploy/k8s/service.yaml
@@ -85,19 +95,10 @@ export TANSU_BIN="$TANSU_DIR/tansu"
 # it was installed from and is rebuilt when the file changes.
 VENV="$HOME/.cache/neyman-venv"
 CONFLUENT_KAFKA=2.16.1
-if ! cmp -s tests/interop/requirements.txt "$VENV/requirements.txt" \
-  || ! "$VENV/bin/python" -c "import confluent_kafka, sys; sys.exit(confluent_kafka.__version__ != '$CONFLUENT_KAFKA')" 2>/dev/null; then
-  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
-    sudo=""
-    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-  fi
+if ! "$VENV/bin/python" -c "import confluent_kafka, sys; sys.exit(confluent_kafka.__version__ != '$CONFLUENT_KAFKA')" 2>/dev/null; then
   rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --require-hashes --only-binary=:all: -r tests/interop/requirements.txt
-  cp tests/interop/requirements.txt "$VENV/requirements.txt"
 fi
+pinned_venv "$VENV" tests/interop/requirements.txt
 export NEYMAN_PYTHON="$VENV/bin/python"
 "$NEYMAN_PYTHON" -c "import confluent_kafka; print('confluent-kafka', confluent_kafka.__version__)"
 

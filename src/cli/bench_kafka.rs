@@ -117,11 +117,11 @@ fn is_queue_full(e: &rdkafka::error::KafkaError) -> bool {
     )
 }
 
-/// A model for the pipeline: linear τ-FPL trained in-process on generated events and stored
-/// in `config.state.dir`, which the pipeline then resumes.
-fn pretrain(config: &Config, dim: usize, rng: &mut ChaCha8Rng) -> Result<(), CliError> {
+/// An engine on `config.state.dir` without Kafka: scores go to a sink, dead letters to
+/// `<name>-dlq.jsonl` there; with `resume`, the stored model is served at once.
+fn in_process_engine(config: &Config, name: &str, resume: bool) -> Result<Engine, CliError> {
     let dir = &config.state.dir;
-    let mut engine = Engine::new(
+    Engine::new(
         EngineParts {
             config: config.clone(),
             metrics: Metrics::new(&prometheus::Registry::new()).map_err(failed)?,
@@ -129,13 +129,19 @@ fn pretrain(config: &Config, dim: usize, rng: &mut ChaCha8Rng) -> Result<(), Cli
             store: ModelStore::open(dir, 2).map_err(failed)?,
             outputs: Box::new(FileOutputs::new(
                 Box::new(std::io::sink()),
-                DlqWriter::open(&dir.join("pretrain-dlq.jsonl")).map_err(failed)?,
+                DlqWriter::open(&dir.join(format!("{name}-dlq.jsonl"))).map_err(failed)?,
             )),
             cancel: Arc::new(AtomicBool::new(false)),
         },
-        false,
+        resume,
     )
-    .map_err(failed)?;
+    .map_err(failed)
+}
+
+/// A model for the pipeline: linear τ-FPL trained in-process on generated events and stored
+/// in `config.state.dir`, which the pipeline then resumes.
+fn pretrain(config: &Config, dim: usize, rng: &mut ChaCha8Rng) -> Result<(), CliError> {
+    let mut engine = in_process_engine(config, "pretrain", false)?;
     for i in 0..3000 {
         let positive_label = i % 10 == 0;
         let positive = positive_label || rng.gen::<f64>() < 0.3;
@@ -164,22 +170,7 @@ fn pretrain(config: &Config, dim: usize, rng: &mut ChaCha8Rng) -> Result<(), Cli
 /// The engine alone, in-process, on the same events: the pretrained model resumed, each
 /// payload parsed, scored, windowed and its score serialised (to a sink). Seconds for all.
 fn engine_only(config: &Config, payloads: &Payloads) -> Result<f64, CliError> {
-    let dir = &config.state.dir;
-    let mut engine = Engine::new(
-        EngineParts {
-            config: config.clone(),
-            metrics: Metrics::new(&prometheus::Registry::new()).map_err(failed)?,
-            registry: Arc::new(Registry::new(2)),
-            store: ModelStore::open(dir, 2).map_err(failed)?,
-            outputs: Box::new(FileOutputs::new(
-                Box::new(std::io::sink()),
-                DlqWriter::open(&dir.join("engine-only-dlq.jsonl")).map_err(failed)?,
-            )),
-            cancel: Arc::new(AtomicBool::new(false)),
-        },
-        true,
-    )
-    .map_err(failed)?;
+    let mut engine = in_process_engine(config, "engine-only", true)?;
     if engine.active().is_none() {
         return Err(failed("the engine did not resume the pretrained model"));
     }
