@@ -4,8 +4,9 @@
 //! # Layout
 //!
 //! - [`learn`]: pure math, no I/O: kernels and the bounded kernel-row cache ([`learn::kernel`]),
-//!   the USMO positive-unlabeled solver ([`learn::usmo`]), the τ-FPL ranker ([`learn::tfpl`])
-//!   and its projection onto Γ_k ([`learn::projection`]), the cost-sensitive linear SVM
+//!   the USMO positive-unlabeled solver ([`learn::usmo`]), the τ-FPL ranker ([`learn::tfpl`]:
+//!   FISTA on the dual, an interior point on the primal for few features) and its projection
+//!   onto Γ_k ([`learn::projection`]), the cost-sensitive linear SVM
 //!   baseline ([`learn::linsvm`]), false-positive thresholds on score
 //!   arrays ([`learn::threshold`]), which rows train and which calibrate
 //!   ([`learn::calibrate`]), evaluation metrics ([`learn::metrics`]), the model type, the

@@ -15,7 +15,7 @@ use ndarray::Array2;
 use neyman::data::{Dataset, Label, Rows};
 use neyman::learn::kernel::Kernel;
 use neyman::learn::projection::k_for;
-use neyman::learn::tfpl::TfplParams;
+use neyman::learn::tfpl::{TfplParams, TfplSolver};
 
 /// Deterministic N(0,1)-ish rows; positives shifted by +0.8.
 fn problem(seed: u64, m: usize, n: usize, d: usize) -> Array2<f64> {
@@ -107,18 +107,39 @@ fn dataset(x: &Array2<f64>, m: usize) -> Dataset {
     }
 }
 
+/// Both solvers for the linear kernel (the interior point and FISTA), FISTA for the others.
 fn compare(seed: u64, m: usize, n: usize, tau: f64, reg: f64, kernel: Kernel) {
+    let solvers: &[TfplSolver] = if kernel == Kernel::Linear {
+        &[TfplSolver::Ipm, TfplSolver::Fista]
+    } else {
+        &[TfplSolver::Fista]
+    };
+    for &solver in solvers {
+        compare_with(seed, m, n, tau, reg, kernel, solver);
+    }
+}
+
+fn compare_with(
+    seed: u64,
+    m: usize,
+    n: usize,
+    tau: f64,
+    reg: f64,
+    kernel: Kernel,
+    solver: TfplSolver,
+) {
     let x = problem(seed, m, n, 5);
     let mut params = TfplParams::new(tau, reg);
     params.kernel = kernel;
     params.tol = 1e-9;
+    params.solver = solver;
     let fit = params
         .check()
         .expect("valid")
         .fit(&dataset(&x, m), &AtomicBool::new(false))
         .expect("fit");
     let r = &fit.report;
-    let label = format!("seed {seed} m {m} n {n} τ {tau} R {reg} {kernel:?}");
+    let label = format!("seed {seed} m {m} n {n} τ {tau} R {reg} {kernel:?} {solver:?}");
     assert!(r.converged, "{label}: {r:?}");
     assert_eq!(r.k, k_for(tau, n));
     let g_star = clarabel_dual(&gram(&x, kernel), m, reg, r.k);
@@ -139,7 +160,7 @@ fn compare(seed: u64, m: usize, n: usize, tau: f64, reg: f64, kernel: Kernel) {
 fn linear_tfpl_matches_the_interior_point_dual() {
     let mut seed = 1;
     for tau in [0.0, 0.05, 0.2] {
-        for reg in [1e-2, 1e-1, 1.0] {
+        for reg in [1e-4, 1e-2, 1e-1, 1.0, 100.0] {
             compare(seed, 15, 40, tau, reg, Kernel::Linear);
             seed += 1;
         }

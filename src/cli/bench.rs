@@ -267,6 +267,7 @@ pub fn tfpl(args: &BenchTfplArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     }
     let mut params = TfplParams::new(args.tau, args.reg);
     params.tol = args.tol.unwrap_or(params.tol);
+    params.solver = args.solver.into();
     let params = params.check().map_err(|e| CliError::Usage(e.to_string()))?;
     let data = read(&args.data, &args.read.options(false))?;
     let base = Dataset {
@@ -344,6 +345,7 @@ pub fn tfpl(args: &BenchTfplArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         "tau": args.tau,
         "reg": args.reg,
         "tol": params.tol,
+        "solver": params.solver,
         "repeats": args.repeats,
         "factors": results,
         "ratio_max_over_min": ratio_max_over_min,

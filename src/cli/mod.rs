@@ -168,6 +168,7 @@ fn tfpl_params(
 ) -> Result<TfplValidParams, CliError> {
     let mut params = TfplParams::new(rank_tau, reg);
     params.kernel = kernel_of(args, n_features, KernelName::Linear);
+    params.solver = args.solver.into();
     params.tol = args.tol.unwrap_or(params.tol);
     params.max_iter = args.max_iter;
     params.time_limit = args.time_limit;
