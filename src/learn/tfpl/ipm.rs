@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use faer::linalg::solvers::Solve;
+use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array2, ArrayView1, ArrayView2};
 
 use super::{certified, dual_gain, primal_gain, Stop, TfplError, TfplParams};
@@ -39,6 +40,10 @@ use crate::learn::projection::{project, ProjectionWorkspace};
 
 /// Iterations after which the solver gives up (it needs 20–40 on well-posed problems).
 const MAX_ITERATIONS: u64 = 200;
+
+/// Rows per block when S_ww is accumulated (a 512 × d block of doubles stays in cache for
+/// d up to a few hundred).
+const BLOCK_ROWS: usize = 512;
 
 /// Relative ridges tried, in turn, when S fails its Cholesky factorisation.
 const RIDGES: [f64; 4] = [0.0, 1e-14, 1e-12, 1e-10];
@@ -146,7 +151,7 @@ pub(super) fn solve(
         visits: 0,
     };
     let (mut alpha, mut beta) = (vec![0.0; m], vec![0.0; n]);
-    let mut scaled = Array2::zeros((len, d));
+    let mut block = Array2::zeros((BLOCK_ROWS.min(len), d));
     loop {
         if cancel.load(Ordering::Relaxed) {
             outcome.stop = Stop::Cancelled;
@@ -193,7 +198,7 @@ pub(super) fn solve(
         }
 
         let r = residuals(&pt, xp, xn, &sp, &sn, reg, kf);
-        let Some(red) = reduce(&pt, xp, xn, reg, kf, &mut scaled) else {
+        let Some(red) = reduce(&pt, xp, xn, reg, kf, &mut block) else {
             // S lost positive definiteness to round-off: the iterate cannot improve further.
             return Ok(outcome);
         };
@@ -260,9 +265,16 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// Xᵀv for the rows of `x`.
+/// Xᵀv for the rows of `x`, as Σ_i v_i x_i: row by row, in memory order (ndarray's product of
+/// the transposed view walks columns with a stride and fell out of cache on large windows).
 fn transposed(x: ArrayView2<'_, f64>, v: &[f64]) -> Vec<f64> {
-    x.t().dot(&ArrayView1::from(v)).to_vec()
+    let mut out = vec![0.0; x.ncols()];
+    for (row, &c) in x.rows().into_iter().zip(v) {
+        if c != 0.0 {
+            out.iter_mut().zip(row).for_each(|(o, x)| *o += c * x);
+        }
+    }
+    out
 }
 
 fn residuals(
@@ -312,7 +324,7 @@ fn reduce(
     xn: ArrayView2<'_, f64>,
     reg: f64,
     kf: f64,
-    scaled: &mut Array2<f64>,
+    block: &mut Array2<f64>,
 ) -> Option<Reduced> {
     let (m, n, d) = (pt.xi.len(), pt.eta.len(), pt.w.len());
     let half_m = 0.5 * m as f64;
@@ -324,19 +336,42 @@ fn reduce(
     let e: Vec<f64> = (0..n).map(|j| 1.0 / (1.0 + v[j] * u[j])).collect();
     let g: Vec<f64> = (0..n).map(|j| u[j] * e[j]).collect();
 
-    // S_ww = R·I + Xpᵀ diag(a) Xp + Xnᵀ diag(g) Xn, as YᵀY with rows scaled by √weight.
-    for (i, weight) in a.iter().chain(&g).enumerate() {
-        let source = if i < m { xp.row(i) } else { xn.row(i - m) };
-        let root = weight.sqrt();
-        scaled
-            .row_mut(i)
-            .iter_mut()
-            .zip(source)
-            .for_each(|(y, x)| *y = root * x);
+    // S_ww = R·I + Xpᵀ diag(a) Xp + Xnᵀ diag(g) Xn, as Σ YᵀY over blocks of rows scaled by
+    // √weight (a block stays in cache between its scaling and its product); the same pass sums
+    // Xpᵀa, Xnᵀg and Xnᵀe (the borders of S and of the system).
+    let (mut sax, mut sgx, mut sex) = (vec![0.0; d], vec![0.0; d], vec![0.0; d]);
+    let mut sww = Array2::<f64>::zeros((d, d));
+    let mut filled = 0;
+    for i in 0..m + n {
+        let mut target = block.row_mut(filled);
+        if i < m {
+            let (source, weight) = (xp.row(i), a[i]);
+            let root = weight.sqrt();
+            for ((y, s), &x) in target.iter_mut().zip(sax.iter_mut()).zip(source) {
+                *y = root * x;
+                *s += weight * x;
+            }
+        } else {
+            let (source, weight, ej) = (xn.row(i - m), g[i - m], e[i - m]);
+            let root = weight.sqrt();
+            for (((y, s), t), &x) in target
+                .iter_mut()
+                .zip(sgx.iter_mut())
+                .zip(sex.iter_mut())
+                .zip(source)
+            {
+                *y = root * x;
+                *s += weight * x;
+                *t += ej * x;
+            }
+        }
+        filled += 1;
+        if filled == block.nrows() || i + 1 == m + n {
+            let part = block.slice(s![..filled, ..]);
+            general_mat_mul(1.0, &part.t(), &part, 1.0, &mut sww);
+            filled = 0;
+        }
     }
-    let sww = scaled.t().dot(&*scaled);
-    let sax = transposed(xp, &a);
-    let sgx = transposed(xn, &g);
     let (sum_a, sum_g) = (a.iter().sum::<f64>(), g.iter().sum::<f64>());
     let sum_e = e.iter().sum::<f64>();
     let entry = |r: usize, c: usize| match (r, c) {
@@ -374,7 +409,6 @@ fn reduce(
         .llt(faer::Side::Lower)
         .ok()
     })?;
-    let sex = transposed(xn, &e);
     let mut border: Vec<f64> = sex.iter().map(|x| x / kf).collect();
     border.push(1.0 - sum_e / kf);
     border.push(-1.0);
