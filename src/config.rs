@@ -433,7 +433,9 @@ pub struct ModelConfig {
     pub prior_max: Option<f64>,
     /// τ: the target false-positive rate.
     pub tau: f64,
-    /// tfpl: the τ used for ranking (default: `tau`).
+    /// tfpl: the τ used for ranking (default: `tau`). Trained against the unlabeled window (no
+    /// negatives yet), tfpl ranks at π + (1 − π)·rank_tau of it, π the middle of
+    /// [prior_min, prior_max]: the unlabeled share an FPR-`rank_tau` threshold leaves above it.
     #[serde(default)]
     pub rank_tau: Option<f64>,
     /// δ: the allowed probability that the true FPR exceeds τ.
@@ -466,7 +468,9 @@ pub struct ModelConfig {
     /// Feature scaling fitted on each training snapshot: `none`, `standard`, `minmax`.
     #[serde(default = "default_scale")]
     pub scale: ScaleName,
-    /// Solver tolerance (default: the solver's own, 1e-3 for usmo, 1e-6 relative gap for tfpl).
+    /// Solver tolerance (default: the solver's own, 1e-3 for usmo, 1e-6 gain-relative duality
+    /// gap for tfpl). tfpl solves a linear kernel with at most 512 features by an interior point
+    /// (20–35 iterations whatever `reg`), anything else by FISTA.
     #[serde(default)]
     pub tol: Option<f64>,
     /// Solver iteration cap.
@@ -478,7 +482,8 @@ pub struct ModelConfig {
     /// usmo kernel-row cache budget, MiB.
     #[serde(default = "default_cache_mb")]
     pub cache_mb: usize,
-    /// tfpl with a non-linear kernel: largest Gram matrix allowed, MiB.
+    /// tfpl: largest Gram matrix allowed for a non-linear kernel, MiB; also the largest dense copy
+    /// of the window the interior-point solver may make (above it FISTA solves).
     #[serde(default = "default_max_gram_mb")]
     pub max_gram_mb: usize,
     /// oob: bootstrap rounds.

@@ -5,7 +5,8 @@
 //!   never trains on negatives, so all of them calibrate it.
 //! - `pu-umbrella`: a held-out part of the labelled positives and of the unlabeled rows; the
 //!   candidate thresholds are quantiles of the training rows' scores (fixed without the
-//!   calibration data).
+//!   calibration data). τ-FPL without negatives ranks the positives against the unlabeled rows
+//!   at the rank τ of [`pu_rank_tau`].
 //! - `oob` (τ-FPL only): stratified bootstrap rounds over positives and negatives, one scorer per
 //!   round, thresholds from each round's out-of-bag scores; the final scorer is the mean of the
 //!   round scorers and the threshold the mean of the round thresholds.
@@ -17,7 +18,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
 use crate::learn::kernel::KernelExpansion;
-use crate::learn::tfpl::{TfplError, TfplModel, TfplValidParams};
+use crate::learn::tfpl::{TfplError, TfplModel, TfplParams, TfplValidParams};
 use crate::learn::threshold::{
     bootstrap_rounds, calibration_split, candidate_grid, oob, pu_umbrella, umbrella, OobRule,
     ThresholdError, ThresholdMethod, ThresholdResult, DEFAULT_CANDIDATES,
@@ -212,15 +213,28 @@ impl Algorithm {
                         .collect()
                 };
                 let (cal_p, cal_u) = (held_of(Label::Positive), held_of(Label::Unlabeled));
-                // τ-FPL without negatives trains the positives against the unlabeled rows.
-                if matches!(self, Algorithm::Tfpl(_)) && negatives.is_empty() {
-                    train.labels.iter_mut().for_each(|l| {
-                        if *l == Label::Unlabeled {
-                            *l = Label::Negative;
-                        }
-                    });
-                }
-                let fit = self.fit(previous, &train, cancel)?;
+                // τ-FPL without negatives trains the positives against the unlabeled rows, ranking
+                // at the unlabeled share that an FPR-τ threshold above every positive leaves.
+                let pu_ranked;
+                let algorithm = match self {
+                    Algorithm::Tfpl(params) if negatives.is_empty() => {
+                        train.labels.iter_mut().for_each(|l| {
+                            if *l == Label::Unlabeled {
+                                *l = Label::Negative;
+                            }
+                        });
+                        pu_ranked = Algorithm::Tfpl(
+                            TfplParams {
+                                tau: pu_rank_tau(params.tau, prior_min, prior_max),
+                                ..(**params).clone()
+                            }
+                            .check()?,
+                        );
+                        &pu_ranked
+                    }
+                    _ => self,
+                };
+                let fit = algorithm.fit(previous, &train, cancel)?;
                 let candidates = candidate_grid(&fit.scores(&train.rows), DEFAULT_CANDIDATES);
                 let result = pu_umbrella(
                     &candidates,
@@ -264,6 +278,21 @@ impl Algorithm {
             }
         }
     }
+}
+
+/// The rank τ of τ-FPL trained on positives against unlabeled rows for an FPR level `tau`.
+///
+/// Among unlabeled rows, a share π are positives, so a threshold with false-positive rate τ
+/// that keeps every positive above it leaves π + (1 − π)·τ of the unlabeled rows above it
+/// (F_U = π·TPR + (1 − π)·FPR). Ranking the positives against the top ⌊τn_U⌋ + 1 unlabeled rows
+/// instead would rank them against rows that are mostly positives themselves whenever τ < π:
+/// the top-k mean of the unlabeled then dominates the positives' mean in every direction, and
+/// the exact optimum is w = 0 (on the bundled spambase stream, π = 0.38 and τ = 0.05). π is the
+/// middle of the prior interval; the threshold (pu-umbrella) certifies the FPR over the whole
+/// interval either way. Capped below 1.
+pub fn pu_rank_tau(tau: f64, prior_min: f64, prior_max: f64) -> f64 {
+    let prior = 0.5 * (prior_min + prior_max);
+    (prior + (1.0 - prior) * tau).min(1.0 - f64::EPSILON)
 }
 
 /// The USMO training scaler: fitted on the positives and unlabeled rows (the rows USMO trains
@@ -381,4 +410,94 @@ fn without(len: usize, removed: &[usize]) -> Vec<usize> {
     (0..len)
         .filter(|i| sorted.binary_search(i).is_err())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use ndarray::Array2;
+
+    use super::*;
+    use crate::data::Rows;
+    use crate::learn::metrics::roc_auc;
+
+    #[test]
+    fn pu_rank_tau_is_the_unlabeled_share_above_an_fpr_tau_threshold() {
+        assert!((pu_rank_tau(0.05, 0.33, 0.43) - (0.38 + 0.62 * 0.05)).abs() < 1e-15);
+        assert_eq!(pu_rank_tau(0.0, 0.2, 0.2), 0.2);
+        assert!(pu_rank_tau(0.5, 0.99, 0.99) < 1.0);
+    }
+
+    /// 600 labelled positives around (0.9, 0.9, 0), 3 000 unlabeled rows of which 40 % come from
+    /// the positives' distribution and the rest from negatives around 0: ranked at the
+    /// unlabeled share of [`pu_rank_tau`], τ-FPL separates the two; ranked at τ = 5 % of the
+    /// unlabeled rows (mostly positives themselves) its exact optimum is w = 0.
+    #[test]
+    fn pu_tfpl_ranks_against_the_unlabeled_share_an_fpr_threshold_leaves() {
+        let mut s = 0x2545_f491_4f6c_dd1d_u64;
+        let mut uniform = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        let (n_pos, n_unl) = (600, 3000);
+        let mut values = Vec::new();
+        let (mut labels, mut truth) = (Vec::new(), Vec::new());
+        for i in 0..n_pos + n_unl {
+            let positive = i < n_pos || (i - n_pos) % 5 < 2;
+            let shift = if positive { 0.9 } else { 0.0 };
+            values.extend([shift + uniform(), shift + uniform(), uniform()]);
+            labels.push(if i < n_pos {
+                Label::Positive
+            } else {
+                Label::Unlabeled
+            });
+            truth.push(positive);
+        }
+        let data = Dataset {
+            rows: Rows::dense(Array2::from_shape_vec((n_pos + n_unl, 3), values).unwrap()),
+            labels,
+            ids: (0..n_pos + n_unl).map(|i| format!("e{i}")).collect(),
+        };
+        let spec = ThresholdSpec {
+            method: Some(ThresholdMethod::PuUmbrella),
+            tau: 0.05,
+            delta: 0.05,
+            calibration_fraction: 0.3,
+            prior_interval: Some((0.35, 0.45)),
+            rounds: 10,
+            oob_rule: OobRule::Quantile,
+            seed: 7,
+        };
+        let params = TfplParams::new(0.05, 1e-2).check().unwrap();
+        let cancel = AtomicBool::new(false);
+        let (fit, _) = Algorithm::Tfpl(params.clone())
+            .fit_with_threshold(None, &spec, &data, &cancel)
+            .unwrap();
+        let Fit::Tfpl(model) = &fit else {
+            panic!("a tfpl fit")
+        };
+        assert!(model.report.converged, "{:?}", model.report);
+        let unlabeled: Vec<usize> = (n_pos..n_pos + n_unl).collect();
+        let scores = fit.scores(&data.rows.select(&unlabeled));
+        let is_positive: Vec<bool> = unlabeled.iter().map(|&i| truth[i]).collect();
+        let auc = roc_auc(&scores, &is_positive).unwrap();
+        assert!(auc > 0.9, "AUC {auc}");
+
+        // The same positives-against-unlabeled problem ranked at τ itself: w* = 0.
+        let mut pu = data.clone();
+        pu.labels.iter_mut().for_each(|l| {
+            if *l == Label::Unlabeled {
+                *l = Label::Negative;
+            }
+        });
+        let degenerate = params.fit(&pu, &cancel).unwrap();
+        assert!(
+            1.0 - degenerate.report.dual_objective <= 1e-9,
+            "{:?}",
+            degenerate.report
+        );
+    }
 }

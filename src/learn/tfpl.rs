@@ -95,6 +95,14 @@ impl TfplParams {
         }
     }
 
+    /// Whether `max_iter` or `time_limit` stops a solve after `iterations` begun at `start`.
+    fn limit_reached(&self, iterations: u64, start: Instant) -> bool {
+        self.max_iter.is_some_and(|limit| iterations >= limit)
+            || self
+                .time_limit
+                .is_some_and(|limit| start.elapsed() >= limit)
+    }
+
     pub fn check(self) -> Result<TfplValidParams, TfplError> {
         if !(self.tau >= 0.0 && self.tau < 1.0) {
             return Err(TfplError::Param(format!(
@@ -712,13 +720,7 @@ impl Fista {
                 outcome.stop = Stop::Converged;
                 return Ok(outcome);
             }
-            if params
-                .max_iter
-                .is_some_and(|limit| outcome.iterations >= limit)
-                || params
-                    .time_limit
-                    .is_some_and(|limit| start.elapsed() >= limit)
-            {
+            if params.limit_reached(outcome.iterations, start) {
                 return Ok(outcome);
             }
             // Gradient at y: ∇_α = s⁺ + α/2 − 1, ∇_β = −s⁻.

@@ -186,14 +186,7 @@ pub(super) fn solve(
             outcome.stop = Stop::Converged;
             return Ok(outcome);
         }
-        if outcome.iterations >= MAX_ITERATIONS
-            || params
-                .max_iter
-                .is_some_and(|limit| outcome.iterations >= limit)
-            || params
-                .time_limit
-                .is_some_and(|limit| start.elapsed() >= limit)
-        {
+        if outcome.iterations >= MAX_ITERATIONS || params.limit_reached(outcome.iterations, start) {
             return Ok(outcome);
         }
 
@@ -206,14 +199,11 @@ pub(super) fn solve(
         let mu_bar = (dot(&pt.p, &pt.lam) + dot(&pt.q, &pt.mu) + dot(&pt.eta, &pt.zeta)) / pairs;
 
         // Predictor: the affine direction (complementarity driven to zero).
+        let solve_for = |c_p: &[f64], c_q: &[f64], c_z: &[f64]| {
+            direction(&pt, &r, &red, xp, xn, kf, c_p, c_q, c_z)
+        };
         let neg = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| -a * b).collect::<Vec<_>>();
-        let affine = direction(
-            &pt,
-            &r,
-            &red,
-            xp,
-            xn,
-            kf,
+        let affine = solve_for(
             &neg(&pt.p, &pt.lam),
             &neg(&pt.q, &pt.mu),
             &neg(&pt.eta, &pt.zeta),
@@ -237,13 +227,7 @@ pub(super) fn solve(
                 .map(|i| target - x[i] * y[i] - dx[i] * dy[i])
                 .collect()
         };
-        let dir = direction(
-            &pt,
-            &r,
-            &red,
-            xp,
-            xn,
-            kf,
+        let dir = solve_for(
             &centre(&pt.p, &pt.lam, &affine.p, &affine.lam),
             &centre(&pt.q, &pt.mu, &affine.q, &affine.mu),
             &centre(&pt.eta, &pt.zeta, &affine.eta, &affine.zeta),
