@@ -234,7 +234,7 @@ pub struct BenchTfplArgs {
     /// Fits per factor; the median time is reported.
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
-    /// Stop when the relative duality gap ≤ tol (default as `train`: 1e-6).
+    /// Stop when the gain-relative duality gap ≤ tol (default as `train`: 1e-6).
     #[arg(allow_negative_numbers = true, long)]
     pub tol: Option<f64>,
     /// The solver (as `train --solver`).
