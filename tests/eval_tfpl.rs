@@ -447,7 +447,7 @@ fn breast_cancer_matches_the_papers_tau_fpl_cells() {
 }
 
 /// Table 3, spambase (1813/2788, d = 57), the paper's protocol: 30 hold-outs, R from 1e-6 … 10
-/// by 5-fold CV (extended to 1e-8 where the small end wins), OOB thresholds. ~3.5 CPU-minutes
+/// by 5-fold CV (extended to 1e-8 where the small end wins), OOB thresholds. ~2.5 CPU-minutes
 /// with the interior-point solver (FISTA needed hours: its CV fits at R ≤ 1e-6 took up to 10⁶
 /// steps each). At 5 % our rates beat the paper's: (.044, .861) against (.041, .822), an
 /// NP-score of the means .139 against .178, 0.039 below it where the two-sided tolerance is

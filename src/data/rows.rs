@@ -243,6 +243,26 @@ impl Rows {
         Rows::Sparse(out)
     }
 
+    /// Zᵀu = Σ_i u_i·row_i into `out` (resized to `n_features`), row by row in memory order;
+    /// rows with u_i = 0 are skipped.
+    pub fn transpose_times(&self, u: &[f64], out: &mut Vec<f64>) {
+        out.clear();
+        out.resize(self.n_features(), 0.0);
+        for (r, &c) in u.iter().enumerate() {
+            if c == 0.0 {
+                continue;
+            }
+            match self.row(r) {
+                RowRef::Dense(x) => out.iter_mut().zip(x).for_each(|(o, x)| *o += c * x),
+                RowRef::Sparse { indices, values } => {
+                    for (&i, &x) in indices.iter().zip(values) {
+                        out[i as usize] += c * x;
+                    }
+                }
+            }
+        }
+    }
+
     /// Squared Euclidean norm of every row.
     pub fn squared_norms(&self) -> Vec<f64> {
         (0..self.n_rows())

@@ -286,17 +286,8 @@ impl KernelExpansion {
         );
         let support_norms = support.squared_norms();
         let linear_weights = matches!(kernel, Kernel::Linear).then(|| {
-            let mut w = vec![0.0; support.n_features()];
-            for (s, &c) in coef.iter().enumerate() {
-                match support.row(s) {
-                    RowRef::Dense(x) => w.iter_mut().zip(x).for_each(|(w, v)| *w += c * v),
-                    RowRef::Sparse { indices, values } => {
-                        for (&i, v) in indices.iter().zip(values) {
-                            w[i as usize] += c * v;
-                        }
-                    }
-                }
-            }
+            let mut w = Vec::new();
+            support.transpose_times(&coef, &mut w);
             w
         });
         KernelExpansion {

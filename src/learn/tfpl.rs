@@ -228,7 +228,7 @@ impl ScoreMap {
     fn apply(&self, u: &[f64], s: &mut [f64], v: &mut Vec<f64>) {
         match self {
             ScoreMap::Linear { z, scale } => {
-                transpose_times(z, u, v);
+                z.transpose_times(u, v);
                 dots_into(z, RowRef::Dense(v), s);
                 s.iter_mut().for_each(|x| *x *= scale);
             }
@@ -267,25 +267,6 @@ impl ScoreMap {
             }
         }
         estimate
-    }
-}
-
-/// v = Zᵀu (length n_features).
-fn transpose_times(z: &Rows, u: &[f64], v: &mut Vec<f64>) {
-    v.clear();
-    v.resize(z.n_features(), 0.0);
-    for (r, &c) in u.iter().enumerate() {
-        if c == 0.0 {
-            continue;
-        }
-        match z.row(r) {
-            RowRef::Dense(x) => v.iter_mut().zip(x).for_each(|(a, b)| *a += c * b),
-            RowRef::Sparse { indices, values } => {
-                for (&i, &x) in indices.iter().zip(values) {
-                    v[i as usize] += c * x;
-                }
-            }
-        }
     }
 }
 
@@ -433,13 +414,7 @@ impl TfplValidParams {
                     budget: self.max_gram_bytes,
                 });
             }
-            let mut dense = Array2::zeros((m + n, d));
-            for (i, mut row) in dense.rows_mut().into_iter().enumerate() {
-                if let Some(out) = row.as_slice_mut() {
-                    z.row(i).write_dense(out);
-                }
-            }
-            let outcome = ipm::solve(dense.view(), m, k, self, cancel, start)?;
+            let outcome = ipm::solve(&z, m, k, self, cancel, start)?;
             let w = Rows::dense(
                 Array2::from_shape_vec((1, d), outcome.w).expect("one row of n_features"),
             );
@@ -553,7 +528,7 @@ impl TfplValidParams {
                 let mut signed = x.clone();
                 signed[m..].iter_mut().for_each(|b| *b = -*b);
                 let mut v = Vec::new();
-                transpose_times(&z, &signed, &mut v);
+                z.transpose_times(&signed, &mut v);
                 v.iter_mut().for_each(|x| *x *= scale);
                 let w = Rows::dense(
                     Array2::from_shape_vec((1, v.len()), v).expect("one row of n_features"),

@@ -36,6 +36,8 @@ use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array2, ArrayView1, ArrayView2};
 
 use super::{certified, dual_gain, primal_gain, Stop, TfplError, TfplParams};
+use crate::data::rows::dense_dot;
+use crate::data::Rows;
 use crate::learn::projection::{project, ProjectionWorkspace};
 
 /// Iterations after which the solver gives up (it needs 20–40 on well-posed problems).
@@ -112,15 +114,30 @@ struct Reduced {
     schur: f64,
 }
 
-/// Solves (6) for the rows `x` (positives first: m of them, then the negatives).
+/// Solves (6) for the rows `z` (positives first: m of them, then the negatives). Sparse rows
+/// are copied dense once; the caller checks that copy against the byte budget.
 pub(super) fn solve(
-    x: ArrayView2<'_, f64>,
+    z: &Rows,
     m: usize,
     k: usize,
     params: &TfplParams,
     cancel: &AtomicBool,
     start: Instant,
 ) -> Result<IpmOutcome, TfplError> {
+    let densified;
+    let x = match z.as_dense() {
+        Some(view) => view,
+        None => {
+            let mut dense = Array2::zeros((z.n_rows(), z.n_features()));
+            for (i, mut row) in dense.rows_mut().into_iter().enumerate() {
+                if let Some(out) = row.as_slice_mut() {
+                    z.row(i).write_dense(out);
+                }
+            }
+            densified = dense;
+            densified.view()
+        }
+    };
     let (len, d) = x.dim();
     let n = len - m;
     let (xp, xn) = (x.slice(s![..m, ..]), x.slice(s![m.., ..]));
@@ -161,7 +178,13 @@ pub(super) fn solve(
         let sn = xn.dot(&ArrayView1::from(&pt.w[..])).to_vec();
 
         // The certificate: the primal gain at w, the dual gain at the projected multipliers.
-        let gain_p = primal_gain(&sp, &sn, k, 0.5 * reg * dot(&pt.w, &pt.w), &mut scratch);
+        let gain_p = primal_gain(
+            &sp,
+            &sn,
+            k,
+            0.5 * reg * dense_dot(&pt.w, &pt.w),
+            &mut scratch,
+        );
         if gain_p > outcome.gain_primal {
             outcome.gain_primal = gain_p;
             outcome.w.clone_from(&pt.w);
@@ -170,12 +193,8 @@ pub(super) fn solve(
         let b0: Vec<f64> = pt.mu.iter().map(|u| u * mf).collect();
         let stats = project(&a0, &b0, k, &mut alpha, &mut beta, &mut ws)?;
         outcome.visits += stats.visits;
-        let v = transposed(xp, &alpha)
-            .iter()
-            .zip(transposed(xn, &beta))
-            .map(|(a, b)| a - b)
-            .collect::<Vec<_>>();
-        let (gain_d, scale) = dual_gain(&alpha, dot(&v, &v) / (mf * reg));
+        let v = signed_transpose(z, &alpha, &beta);
+        let (gain_d, scale) = dual_gain(&alpha, dense_dot(&v, &v) / (mf * reg));
         if gain_d < outcome.gain_dual {
             outcome.gain_dual = gain_d;
             for (o, v) in outcome.dual.iter_mut().zip(alpha.iter().chain(&beta)) {
@@ -190,17 +209,19 @@ pub(super) fn solve(
             return Ok(outcome);
         }
 
-        let r = residuals(&pt, xp, xn, &sp, &sn, reg, kf);
+        let r = residuals(&pt, z, &sp, &sn, reg, kf);
         let Some(red) = reduce(&pt, xp, xn, reg, kf, &mut block) else {
             // S lost positive definiteness to round-off: the iterate cannot improve further.
             return Ok(outcome);
         };
         let pairs = (m + 2 * n) as f64;
-        let mu_bar = (dot(&pt.p, &pt.lam) + dot(&pt.q, &pt.mu) + dot(&pt.eta, &pt.zeta)) / pairs;
+        let mu_bar =
+            (dense_dot(&pt.p, &pt.lam) + dense_dot(&pt.q, &pt.mu) + dense_dot(&pt.eta, &pt.zeta))
+                / pairs;
 
         // Predictor: the affine direction (complementarity driven to zero).
         let solve_for = |c_p: &[f64], c_q: &[f64], c_z: &[f64]| {
-            direction(&pt, &r, &red, xp, xn, kf, c_p, c_q, c_z)
+            direction(&pt, &r, &red, z, xp, xn, kf, c_p, c_q, c_z)
         };
         let neg = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| -a * b).collect::<Vec<_>>();
         let affine = solve_for(
@@ -245,37 +266,20 @@ pub(super) fn solve(
     }
 }
 
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// Xᵀv for the rows of `x`, as Σ_i v_i x_i: row by row, in memory order (ndarray's product of
-/// the transposed view walks columns with a stride and fell out of cache on large windows).
-fn transposed(x: ArrayView2<'_, f64>, v: &[f64]) -> Vec<f64> {
-    let mut out = vec![0.0; x.ncols()];
-    for (row, &c) in x.rows().into_iter().zip(v) {
-        if c != 0.0 {
-            out.iter_mut().zip(row).for_each(|(o, x)| *o += c * x);
-        }
-    }
+/// Zᵀ(a, −b) = Σ a_i x_i − Σ b_j x_j over the positives and then the negatives of `z`.
+fn signed_transpose(z: &Rows, a: &[f64], b: &[f64]) -> Vec<f64> {
+    let signed: Vec<f64> = a.iter().copied().chain(b.iter().map(|v| -v)).collect();
+    let mut out = Vec::new();
+    z.transpose_times(&signed, &mut out);
     out
 }
 
-fn residuals(
-    pt: &Point,
-    xp: ArrayView2<'_, f64>,
-    xn: ArrayView2<'_, f64>,
-    sp: &[f64],
-    sn: &[f64],
-    reg: f64,
-    kf: f64,
-) -> Residuals {
+fn residuals(pt: &Point, z: &Rows, sp: &[f64], sn: &[f64], reg: f64, kf: f64) -> Residuals {
     let mf = pt.xi.len() as f64;
-    let lam_x = transposed(xp, &pt.lam);
-    let mu_x = transposed(xn, &pt.mu);
+    let lam_mu_x = signed_transpose(z, &pt.lam, &pt.mu);
     Residuals {
         w: (0..pt.w.len())
-            .map(|c| reg * pt.w[c] - lam_x[c] + mu_x[c])
+            .map(|c| reg * pt.w[c] - lam_mu_x[c])
             .collect(),
         xi: pt
             .xi
@@ -358,30 +362,15 @@ fn reduce(
     }
     let (sum_a, sum_g) = (a.iter().sum::<f64>(), g.iter().sum::<f64>());
     let sum_e = e.iter().sum::<f64>();
-    let entry = |r: usize, c: usize| match (r, c) {
-        (r, c) if r < d && c < d => sww[[r, c]] + if r == c { reg } else { 0.0 },
-        (r, c) if r < d => {
-            if c == d {
-                -sgx[r]
-            } else {
-                -sax[r]
-            }
-        }
-        (r, c) if c < d => {
-            if r == d {
-                -sgx[c]
-            } else {
-                -sax[c]
-            }
-        }
-        (r, c) if r == c => {
-            if r == d {
-                sum_g
-            } else {
-                sum_a
-            }
-        }
-        _ => 0.0,
+    // S = [[S_ww, −Xnᵀg, −Xpᵀa], [·, Σg, 0], [·, 0, Σa]] over (w, t, h).
+    let border_column = |c: usize| if c == d { &sgx } else { &sax };
+    let corner = |c: usize| if c == d { sum_g } else { sum_a };
+    let entry = |r: usize, c: usize| match (r < d, c < d) {
+        (true, true) => sww[[r, c]] + if r == c { reg } else { 0.0 },
+        (true, false) => -border_column(c)[r],
+        (false, true) => -border_column(r)[c],
+        (false, false) if r == c => corner(r),
+        (false, false) => 0.0,
     };
     // Near a degenerate optimum (w* = 0: every score ties) round-off can cost S its positive
     // definiteness; a ridge of a few ulps of its largest diagonal entry restores it.
@@ -398,7 +387,7 @@ fn reduce(
     border.push(-1.0);
     let border_solved = solve_s(&llt, &border);
     let c = (0..n).map(|j| e[j] * v[j]).sum::<f64>() / (kf * kf);
-    let schur = dot(&border, &border_solved) + c;
+    let schur = dense_dot(&border, &border_solved) + c;
     if !(schur > 0.0 && schur.is_finite()) {
         return None;
     }
@@ -427,6 +416,7 @@ fn direction(
     pt: &Point,
     r: &Residuals,
     red: &Reduced,
+    z: &Rows,
     xp: ArrayView2<'_, f64>,
     xn: ArrayView2<'_, f64>,
     kf: f64,
@@ -445,14 +435,13 @@ fn direction(
     let psi: Vec<f64> = (0..n).map(|j| r.eta[j] - c_z[j] / pt.eta[j]).collect();
     let a_rho: Vec<f64> = (0..m).map(|i| red.a[i] * rho[i]).collect();
     let g_phi_psi: Vec<f64> = (0..n).map(|j| red.g[j] * phi[j] + psi[j]).collect();
-    let pos = transposed(xp, &a_rho);
-    let negs = transposed(xn, &g_phi_psi);
-    let mut rhs: Vec<f64> = (0..d).map(|c| -r.w[c] + pos[c] - negs[c]).collect();
+    let x_terms = signed_transpose(z, &a_rho, &g_phi_psi);
+    let mut rhs: Vec<f64> = (0..d).map(|c| -r.w[c] + x_terms[c]).collect();
     rhs.push(-r.t + g_phi_psi.iter().sum::<f64>());
     rhs.push(-r.h - a_rho.iter().sum::<f64>());
     let r2 = r.e - (0..n).map(|j| red.e[j] * phi[j]).sum::<f64>() / kf;
     let y1 = solve_s(&red.llt, &rhs);
-    let d_nu = (dot(&red.border, &y1) - r2) / red.schur;
+    let d_nu = (dense_dot(&red.border, &y1) - r2) / red.schur;
     let z: Vec<f64> = y1
         .iter()
         .zip(&red.border_solved)
