@@ -624,7 +624,10 @@ pub struct KafkaConfig {
     pub commit_interval_ms: u32,
     /// Scores and dead letters sent but not yet acknowledged, above which the daemon pauses
     /// its input partitions (resumed below half of it): memory stays bounded when the broker
-    /// is slow or down.
+    /// is slow or down. The default is librdkafka's own producer queue limit
+    /// (`queue.buffering.max.messages`); about 1 KB per output with ~150-byte events, both
+    /// copies counted. Much lower caps pause on ordinary acknowledgement bursts, and a pause
+    /// drops the messages librdkafka had already fetched for the partition.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
     /// `both` (default), `trainer` or `scorer`: see the README's scale-out section.
@@ -810,7 +813,7 @@ fn default_commit_interval_ms() -> u32 {
     1000
 }
 fn default_max_in_flight() -> usize {
-    20_000
+    100_000
 }
 fn default_model_max_bytes() -> usize {
     64 << 20

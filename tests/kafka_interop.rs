@@ -149,9 +149,11 @@ fn a_python_client_produces_events_and_reads_back_their_scores() {
         .filter(|l| l.starts_with("neyman_dlq_events_total{") && !l.ends_with(" 0"))
         .collect();
     assert!(rejected.is_empty(), "dead letters: {rejected:?}");
-    // The scores are all produced and acknowledged; stopping the daemon frees the CPU for
-    // the reader.
-    drop(daemon);
+    // A clean stop waits for every score's acknowledgement (scores are counted when they
+    // are handed to the producer, not when the broker has them) and frees the CPU for the
+    // reader.
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "{status}:\n{log}");
 
     // One more than expected, so a duplicate score would be read; the client stops at the
     // end of the topic.

@@ -321,10 +321,21 @@ impl Engine {
     /// Handles one message. With inline retrains, a due retrain runs to completion before
     /// this returns.
     pub fn handle(&mut self, record: &Record) -> Result<(), EngineError> {
+        self.handle_with_headers(record, || record.headers.clone())
+    }
+
+    /// [`Engine::handle`] for a source whose headers cost something to read (librdkafka
+    /// parses them on first access): `record.headers` is ignored, and `headers` is called only
+    /// for a dead letter, the one output that carries them.
+    pub fn handle_with_headers(
+        &mut self,
+        record: &Record,
+        headers: impl FnOnce() -> Vec<(String, String)>,
+    ) -> Result<(), EngineError> {
         let channel = record.channel;
         let event = match self.parse(record) {
             Ok(e) => e,
-            Err(rejection) => return self.reject(record, rejection),
+            Err(rejection) => return self.reject(record, headers, rejection),
         };
         let origin = record
             .partition
@@ -356,7 +367,7 @@ impl Engine {
                     reason: RejectReason::TooLarge,
                     detail: "the event alone exceeds the window's byte budget".into(),
                 };
-                return self.reject(record, rejection);
+                return self.reject(record, headers, rejection);
             }
         };
         self.count(channel, outcome);
@@ -405,7 +416,12 @@ impl Engine {
         low
     }
 
-    fn reject(&mut self, record: &Record, rejection: Rejection) -> Result<(), EngineError> {
+    fn reject(
+        &mut self,
+        record: &Record,
+        headers: impl FnOnce() -> Vec<(String, String)>,
+        rejection: Rejection,
+    ) -> Result<(), EngineError> {
         let reason = rejection.reason.as_str();
         tracing::debug!(channel = record.channel.as_str(), reason, detail = %rejection.detail, "event to the DLQ");
         self.metrics.dlq.with_label_values(&[reason]).inc();
@@ -413,8 +429,12 @@ impl Engine {
         if record.channel == Channel::Unlabeled && !self.scores {
             return Ok(());
         }
+        let record = Record {
+            headers: headers(),
+            ..record.clone()
+        };
         self.outputs
-            .dead_letter(&DlqRecord::new(record.clone(), rejection))?;
+            .dead_letter(&DlqRecord::new(record, rejection))?;
         Ok(())
     }
 

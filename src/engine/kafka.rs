@@ -12,8 +12,10 @@
 //!   `source_offset`), rejected messages to `kafka.topics.dlq` (original key, payload and
 //!   headers, plus Kafka Connect's `__connect.errors.topic`, `.partition`, `.offset`,
 //!   `.exception.class.name` = the reason code and `.exception.message` = the detail). One
-//!   idempotent producer; a send that fails after librdkafka's own retries is counted and sent
-//!   again, never dropped.
+//!   idempotent producer, on its own thread ([`Producing`]): the loop books each output and
+//!   hands the round's outputs over in one batch; that thread serialises scores and sends in
+//!   order. A send that fails after librdkafka's own retries is counted and sent again, never
+//!   dropped.
 //! - **At-least-once** ([`crate::stream::offsets`]): per input partition the loop commits the
 //!   oldest offset whose output is unacknowledged or whose event is still in a window (or
 //!   waits for a first model), every `kafka.commit_interval_ms`, on revocation and at
@@ -53,8 +55,8 @@ use crate::engine::scoring::ScoreOutput;
 use crate::engine::store::StoredModel;
 use crate::stream::dlq::DlqRecord;
 use crate::stream::kafka::{
-    consumer_config, input_topics, model_producer_config, model_reader_config, producer_config,
-    record_of, ConsumerRole,
+    consumer_config, headers_of, input_topics, model_producer_config, model_reader_config,
+    producer_config, record_without_headers, ConsumerRole,
 };
 use crate::stream::offsets::{InputPartition, OffsetBook};
 use crate::stream::record::Record;
@@ -81,6 +83,8 @@ pub enum KafkaRunError {
     Engine(#[from] EngineError),
     #[error("cannot start the {0} thread: {1}")]
     Thread(&'static str, std::io::Error),
+    #[error("producing outputs: {0}")]
+    Produce(String),
 }
 
 /// What [`run`] did.
@@ -99,16 +103,17 @@ pub struct KafkaSummary {
 #[derive(Debug, Clone)]
 struct Topics {
     inputs: HashMap<String, Channel>,
-    scores: String,
-    dlq: String,
+    /// Shared by every output message (a clone per message is a reference count).
+    scores: Arc<str>,
+    dlq: Arc<str>,
 }
 
 impl Topics {
     fn of(k: &KafkaConfig) -> Topics {
         Topics {
             inputs: input_topics(k).into_iter().collect(),
-            scores: k.topics.scores.clone(),
-            dlq: k.topics.dlq.clone(),
+            scores: k.topics.scores.as_str().into(),
+            dlq: k.topics.dlq.as_str().into(),
         }
     }
 
@@ -120,13 +125,16 @@ impl Topics {
     }
 }
 
+/// A header name: the daemon's own are static, a dead letter's originals are copied.
+type HeaderKey = std::borrow::Cow<'static, str>;
+
 /// One message to produce, owned so that it can wait and be sent again.
 #[derive(Debug, Clone)]
 struct Outgoing {
-    topic: String,
+    topic: Arc<str>,
     key: Option<Vec<u8>>,
     payload: Vec<u8>,
-    headers: Vec<(String, Vec<u8>)>,
+    headers: Vec<(HeaderKey, Vec<u8>)>,
     /// The input message it answers.
     hold: (InputPartition, i64),
 }
@@ -137,12 +145,15 @@ impl Outgoing {
             .headers()
             .map(|hs| {
                 hs.iter()
-                    .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                    .map(|h| {
+                        let key = HeaderKey::Owned(h.key.to_string());
+                        (key, h.value.unwrap_or_default().to_vec())
+                    })
                     .collect()
             })
             .unwrap_or_default();
         Outgoing {
-            topic: m.topic().to_string(),
+            topic: m.topic().into(),
             key: m.key().map(<[u8]>::to_vec),
             payload: m.payload().unwrap_or_default().to_vec(),
             headers,
@@ -200,34 +211,93 @@ fn log_librdkafka(client: &str, level: RDKafkaLogLevel, fac: &str, message: &str
     }
 }
 
-/// The producer and the bookkeeping of what it has not yet had acknowledged; shared by the
-/// engine's [`KafkaOutputs`] and the loop (same thread, so the lock is never contended).
-struct Sender {
-    producer: ThreadedProducer<DeliveryContext>,
+/// What the loop hands to the produce thread, in order.
+enum Produce {
+    /// A score: serialised, with its headers, on the produce thread.
+    Score(ScoreOutput, Origin),
+    /// A message built on the loop thread (a dead letter).
+    Message(Outgoing),
+    /// A failed delivery, sent again after [`RESEND_BACKOFF`].
+    Resend(Outgoing),
+}
+
+/// What is not yet acknowledged, and this round's outputs; shared by the engine's
+/// [`KafkaOutputs`] and the loop (same thread, so the lock is never contended).
+struct Outbox {
     book: OffsetBook,
-    /// Sends librdkafka refused because its queue was full, and failed deliveries, in order;
-    /// retried by the loop.
+    /// Outputs of this round, handed to the produce thread in one batch by
+    /// [`Loop::drain_deliveries`] (one wake-up per round, not per output).
+    batch: Vec<Produce>,
+}
+
+impl Outbox {
+    /// Outputs not yet acknowledged (waiting, sent, or being sent again).
+    fn unacknowledged(&self) -> usize {
+        self.book.in_flight()
+    }
+}
+
+type SharedOutbox = Arc<Mutex<Outbox>>;
+
+/// The producer on its own thread. Serialising a score and handing a message with four headers
+/// to librdkafka cost about as much as everything else the poll loop does per event (perf,
+/// `neyman bench kafka`), so the loop only books outputs and this thread sends them. Order is
+/// kept: batches arrive in order, and a send librdkafka refuses holds back everything behind
+/// it.
+struct Producing {
+    producer: ThreadedProducer<DeliveryContext>,
+    topics: Topics,
+    /// Outputs not yet handed to librdkafka, in order: its queue was full, or a delivery
+    /// failed and waits for [`RESEND_BACKOFF`].
     backlog: VecDeque<Outgoing>,
     /// After a failed delivery the backlog waits until then: a broker that is down is not
     /// hammered with resends.
     retry_at: Option<Instant>,
 }
 
-impl Sender {
-    /// Sends `out` (or queues it behind earlier refused sends). The book must already count it.
-    fn send(&mut self, out: Outgoing) -> Result<(), OutputError> {
-        if !self.backlog.is_empty() {
-            self.backlog.push_back(out);
-            return Ok(());
-        }
-        match self.try_send(&out) {
-            Ok(()) => Ok(()),
-            Err(RdKafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
-                self.backlog.push_back(out);
-                Ok(())
+/// How often a backlog is retried while librdkafka's queue is full.
+const BACKLOG_RETRY: Duration = Duration::from_millis(1);
+
+impl Producing {
+    /// Sends batches until the loop hangs up. A send refused for another reason than a full
+    /// queue (e.g. a message over the broker's limit) is fatal: it goes to `fatal`, the loop
+    /// stops with it, and the offset stays uncommitted.
+    fn run(mut self, batches: mpsc::Receiver<Vec<Produce>>, fatal: &Mutex<Option<String>>) {
+        loop {
+            let next = if self.backlog.is_empty() {
+                batches
+                    .recv()
+                    .map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+            } else {
+                batches.recv_timeout(BACKLOG_RETRY)
+            };
+            match next {
+                Ok(batch) => {
+                    for item in batch {
+                        self.take(item);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
             }
-            Err(e) => Err(OutputError::Kafka(format!("send to {}: {e}", out.topic))),
+            if let Err(e) = self.drain_backlog() {
+                tracing::error!(error = %e, "an output cannot be produced");
+                *lock(fatal) = Some(e);
+                return;
+            }
         }
+    }
+
+    fn take(&mut self, item: Produce) {
+        let out = match item {
+            Produce::Score(output, origin) => score_message(&self.topics, &output, origin),
+            Produce::Message(out) => out,
+            Produce::Resend(out) => {
+                self.retry_at = Some(Instant::now() + RESEND_BACKOFF);
+                out
+            }
+        };
+        self.backlog.push_back(out);
     }
 
     fn try_send(&self, out: &Outgoing) -> KafkaResult<()> {
@@ -247,14 +317,8 @@ impl Sender {
         self.producer.send(record).map_err(|(e, _)| e)
     }
 
-    /// Queues a failed delivery to be sent again after [`RESEND_BACKOFF`].
-    fn resend_later(&mut self, out: Outgoing) {
-        self.backlog.push_back(out);
-        self.retry_at = Some(Instant::now() + RESEND_BACKOFF);
-    }
-
-    /// Retries queued sends in order until librdkafka refuses again.
-    fn drain_backlog(&mut self) -> Result<(), OutputError> {
+    /// Sends the backlog in order until librdkafka refuses again.
+    fn drain_backlog(&mut self) -> Result<(), String> {
         if self.retry_at.is_some_and(|at| Instant::now() < at) {
             return Ok(());
         }
@@ -265,19 +329,90 @@ impl Sender {
                     self.backlog.pop_front();
                 }
                 Err(RdKafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => break,
-                Err(e) => return Err(OutputError::Kafka(format!("send to {}: {e}", out.topic))),
+                Err(e) => return Err(format!("send to {}: {e}", out.topic)),
             }
         }
         Ok(())
     }
+}
 
-    /// Outputs not yet acknowledged (sent or waiting to be).
-    fn unacknowledged(&self) -> usize {
-        self.book.in_flight()
+/// The produce thread as the loop sees it.
+struct ProduceThread {
+    batches: Option<mpsc::Sender<Vec<Produce>>>,
+    handle: Option<JoinHandle<()>>,
+    fatal: Arc<Mutex<Option<String>>>,
+}
+
+impl ProduceThread {
+    fn start(producing: Producing) -> std::io::Result<ProduceThread> {
+        let (tx, rx) = mpsc::channel();
+        let fatal = Arc::new(Mutex::new(None));
+        let reported = Arc::clone(&fatal);
+        let handle = std::thread::Builder::new()
+            .name("neyman-produce".into())
+            .spawn(move || producing.run(rx, &reported))?;
+        Ok(ProduceThread {
+            batches: Some(tx),
+            handle: Some(handle),
+            fatal,
+        })
+    }
+
+    /// Hands a batch over; the error says why the thread is gone.
+    fn send(&self, batch: Vec<Produce>) -> Result<(), KafkaRunError> {
+        if let Some(e) = lock(&self.fatal).take() {
+            return Err(KafkaRunError::Produce(e));
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        match &self.batches {
+            Some(tx) if tx.send(batch).is_ok() => Ok(()),
+            _ => Err(KafkaRunError::Produce(
+                "the produce thread stopped".to_string(),
+            )),
+        }
+    }
+
+    /// Hangs up and waits for the thread (it drops the producer).
+    fn stop(&mut self) {
+        self.batches = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
     }
 }
 
-type SharedSender = Arc<Mutex<Sender>>;
+/// A score as a message: key = event id, the score JSON, and the headers of the module docs.
+fn score_message(topics: &Topics, output: &ScoreOutput, origin: Origin) -> Outgoing {
+    let mut headers: Vec<(HeaderKey, Vec<u8>)> = Vec::with_capacity(4);
+    if let Some(v) = output.model_version {
+        headers.push(("model_version".into(), v.to_string().into_bytes()));
+    }
+    headers.push((
+        "source_topic".into(),
+        topics
+            .input(origin.channel)
+            .unwrap_or_default()
+            .as_bytes()
+            .to_vec(),
+    ));
+    headers.push((
+        "source_partition".into(),
+        origin.partition.to_string().into_bytes(),
+    ));
+    headers.push((
+        "source_offset".into(),
+        origin.offset.to_string().into_bytes(),
+    ));
+    Outgoing {
+        topic: Arc::clone(&topics.scores),
+        key: Some(output.id.clone().into_bytes()),
+        payload: output.to_json_line().into_bytes(),
+        headers,
+        hold: ((origin.channel, origin.partition), origin.offset),
+    }
+}
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves plain data behind; keep going with it.
@@ -288,13 +423,20 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The engine's outputs as Kafka messages; see the module docs for their form.
 pub struct KafkaOutputs {
-    sender: SharedSender,
+    outbox: SharedOutbox,
     topics: Topics,
 }
 
 impl KafkaOutputs {
     fn input_topic(&self, channel: Channel) -> String {
         self.topics.input(channel).unwrap_or_default().to_string()
+    }
+
+    /// Books an output of the input at `hold` and queues it for the produce thread.
+    fn queue(&self, hold: (InputPartition, i64), produce: Produce) {
+        let mut outbox = lock(&self.outbox);
+        outbox.book.sent(hold.0, hold.1);
+        outbox.batch.push(produce);
     }
 }
 
@@ -303,33 +445,9 @@ impl Outputs for KafkaOutputs {
         let origin = origin.ok_or_else(|| {
             OutputError::Kafka(format!("score of {:?} has no input position", output.id))
         })?;
-        let mut headers = Vec::with_capacity(4);
-        if let Some(v) = output.model_version {
-            headers.push(("model_version".to_string(), v.to_string().into_bytes()));
-        }
-        headers.push((
-            "source_topic".to_string(),
-            self.input_topic(origin.channel).into_bytes(),
-        ));
-        headers.push((
-            "source_partition".to_string(),
-            origin.partition.to_string().into_bytes(),
-        ));
-        headers.push((
-            "source_offset".to_string(),
-            origin.offset.to_string().into_bytes(),
-        ));
         let hold = ((origin.channel, origin.partition), origin.offset);
-        let out = Outgoing {
-            topic: self.topics.scores.clone(),
-            key: Some(output.id.clone().into_bytes()),
-            payload: output.to_json_line().into_bytes(),
-            headers,
-            hold,
-        };
-        let mut sender = lock(&self.sender);
-        sender.book.sent(hold.0, hold.1);
-        sender.send(out)
+        self.queue(hold, Produce::Score(output.clone(), origin));
+        Ok(())
     }
 
     fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError> {
@@ -340,12 +458,12 @@ impl Outputs for KafkaOutputs {
             ));
         };
         let key = r.key.clone().map(String::into_bytes);
-        let mut headers: Vec<(String, Vec<u8>)> = r
+        let mut headers: Vec<(HeaderKey, Vec<u8>)> = r
             .headers
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+            .map(|(k, v)| (HeaderKey::Owned(k.clone()), v.clone().into_bytes()))
             .collect();
-        let header_bytes = |hs: &[(String, Vec<u8>)]| -> usize {
+        let header_bytes = |hs: &[(HeaderKey, Vec<u8>)]| -> usize {
             hs.iter().map(|(k, v)| k.len() + v.len() + 16).sum()
         };
         // A message too large to produce would stop this partition for good: keep the
@@ -356,14 +474,14 @@ impl Outputs for KafkaOutputs {
         if envelope > DLQ_MAX_BYTES {
             headers.clear();
             headers.push((
-                "neyman.headers_dropped".to_string(),
+                "neyman.headers_dropped".into(),
                 r.headers.len().to_string().into_bytes(),
             ));
             envelope = key.as_ref().map_or(0, Vec::len) + 1024;
         }
         if envelope + payload.len() > DLQ_MAX_BYTES {
             headers.push((
-                "neyman.truncated_from".to_string(),
+                "neyman.truncated_from".into(),
                 payload.len().to_string().into_bytes(),
             ));
             payload.truncate(DLQ_MAX_BYTES.saturating_sub(envelope));
@@ -381,19 +499,18 @@ impl Outputs for KafkaOutputs {
                 letter.detail.chars().take(512).collect(),
             ),
         ] {
-            headers.push((key.to_string(), value.into_bytes()));
+            headers.push((key.into(), value.into_bytes()));
         }
         let hold = ((r.channel, partition), offset);
         let out = Outgoing {
-            topic: self.topics.dlq.clone(),
+            topic: Arc::clone(&self.topics.dlq),
             key,
             payload,
             headers,
             hold,
         };
-        let mut sender = lock(&self.sender);
-        sender.book.sent(hold.0, hold.1);
-        sender.send(out)
+        self.queue(hold, Produce::Message(out));
+        Ok(())
     }
 
     /// Nothing to do: acknowledgements arrive on their own, and the loop waits for them at
@@ -669,7 +786,9 @@ pub struct KafkaClients {
     role: Role,
     models: ModelLink,
     consumer: Arc<BaseConsumer<GroupContext>>,
-    sender: SharedSender,
+    /// Moved to the produce thread when [`run`] starts.
+    producer: Option<ThreadedProducer<DeliveryContext>>,
+    outbox: SharedOutbox,
     deliveries: mpsc::Receiver<Delivery>,
     topics: Topics,
     commit_interval: Duration,
@@ -744,21 +863,20 @@ pub fn connect(
     let consumer: BaseConsumer<GroupContext> = config.create_with_context(context)?;
     let names: Vec<&str> = topics.inputs.keys().map(String::as_str).collect();
     consumer.subscribe(&names)?;
-    let sender = Arc::new(Mutex::new(Sender {
-        producer,
+    let outbox = Arc::new(Mutex::new(Outbox {
         book: OffsetBook::new(),
-        backlog: VecDeque::new(),
-        retry_at: None,
+        batch: Vec::new(),
     }));
     let outputs = KafkaOutputs {
-        sender: Arc::clone(&sender),
+        outbox: Arc::clone(&outbox),
         topics: topics.clone(),
     };
     let clients = KafkaClients {
         role: k.role,
         models,
         consumer: Arc::new(consumer),
-        sender,
+        producer: Some(producer),
+        outbox,
         deliveries,
         topics,
         commit_interval: Duration::from_millis(u64::from(k.commit_interval_ms)),
@@ -853,9 +971,9 @@ impl Loop {
 
     /// Whether some assigned partition is still below its `done` mark.
     fn restoring(&self) -> bool {
-        let sender = lock(&self.clients.sender);
+        let outbox = lock(&self.clients.outbox);
         self.assigned.iter().any(|(ip, a)| match a.restore_until {
-            Some(done) => sender
+            Some(done) => outbox
                 .book
                 .next(*ip)
                 .or(a.committed)
@@ -864,7 +982,12 @@ impl Loop {
         })
     }
 
-    fn handle(&mut self, engine: &mut Engine, record: &Record) -> Result<(), KafkaRunError> {
+    fn handle(
+        &mut self,
+        engine: &mut Engine,
+        record: &Record,
+        headers: impl FnOnce() -> Vec<(String, String)>,
+    ) -> Result<(), KafkaRunError> {
         let (Some(partition), Some(offset)) = (record.partition, record.offset) else {
             return Ok(());
         };
@@ -878,29 +1001,30 @@ impl Loop {
             engine.restore(record);
             self.summary.restored += 1;
         } else {
-            engine.handle(record)?;
+            engine.handle_with_headers(record, headers)?;
             self.summary.handled += 1;
         }
-        lock(&self.clients.sender).book.handled(ip, offset);
+        lock(&self.clients.outbox).book.handled(ip, offset);
         Ok(())
     }
 
-    /// Applies delivery reports: acknowledgements free offsets, failures are sent again.
-    fn drain_deliveries(&mut self) -> Result<(), KafkaRunError> {
-        let mut sender = lock(&self.clients.sender);
+    /// Applies delivery reports (acknowledgements free offsets, failures are sent again) and
+    /// hands this round's outputs to the produce thread.
+    fn drain_deliveries(&mut self, produce: &ProduceThread) -> Result<(), KafkaRunError> {
+        let mut outbox = lock(&self.clients.outbox);
         let mut failed: BTreeMap<String, (u64, String)> = BTreeMap::new();
         while let Ok(report) = self.clients.deliveries.try_recv() {
             match report {
-                Delivery::Acknowledged((ip, offset)) => sender.book.acknowledged(ip, offset),
+                Delivery::Acknowledged((ip, offset)) => outbox.book.acknowledged(ip, offset),
                 Delivery::Failed { error, message } => {
                     self.metrics
                         .kafka_produce_errors
                         .with_label_values(&[&message.topic])
                         .inc();
-                    let f = failed.entry(message.topic.clone()).or_default();
+                    let f = failed.entry(message.topic.to_string()).or_default();
                     f.0 += 1;
                     f.1 = error;
-                    sender.resend_later(message);
+                    outbox.batch.push(Produce::Resend(message));
                 }
             }
         }
@@ -908,17 +1032,16 @@ impl Loop {
         for (topic, (count, error)) in failed {
             tracing::warn!(%topic, count, last_error = %error, "deliveries failed; sending them again");
         }
-        sender.drain_backlog().map_err(EngineError::from)?;
         self.metrics
             .kafka_in_flight
-            .set(i64::try_from(sender.unacknowledged()).unwrap_or(i64::MAX));
-        Ok(())
+            .set(i64::try_from(outbox.unacknowledged()).unwrap_or(i64::MAX));
+        produce.send(std::mem::take(&mut outbox.batch))
     }
 
     /// Pauses every assigned partition above `max_in_flight` unacknowledged outputs, and
     /// resumes below half of it.
     fn backpressure(&mut self) -> Result<(), KafkaRunError> {
-        let in_flight = lock(&self.clients.sender).unacknowledged();
+        let in_flight = lock(&self.clients.outbox).unacknowledged();
         let max = self.clients.max_in_flight;
         if !self.paused && in_flight > max {
             let assignment = self.clients.consumer.assignment()?;
@@ -940,7 +1063,7 @@ impl Loop {
 
     /// The commit for every assigned partition that has seen a message: offset and `done`.
     fn commit_points(&self, engine: &Engine) -> CommitPoints {
-        let sender = lock(&self.clients.sender);
+        let outbox = lock(&self.clients.outbox);
         let mut points = BTreeMap::new();
         for channel in Channel::ALL {
             let Some(topic) = self.clients.topics.input(channel) else {
@@ -955,8 +1078,8 @@ impl Loop {
                 let ip = (channel, partition);
                 let owed = owed.get(&partition).copied();
                 let (Some(done), Some(commit)) = (
-                    sender.book.done(ip, owed),
-                    sender
+                    outbox.book.done(ip, owed),
+                    outbox
                         .book
                         .commit_point(ip, owed, held.get(&partition).copied()),
                 ) else {
@@ -1124,13 +1247,24 @@ impl Loop {
 /// the final offsets are committed synchronously and the consumer leaves the group.
 pub fn run(
     mut engine: Engine,
-    clients: KafkaClients,
+    mut clients: KafkaClients,
     metrics: &Metrics,
     stop: &AtomicBool,
     drain_timeout: Duration,
 ) -> Result<KafkaSummary, KafkaRunError> {
     engine.defer_retrains();
     engine.set_role(clients.role);
+    let producer = clients
+        .producer
+        .take()
+        .ok_or_else(|| KafkaRunError::Produce("the producer is already in use".into()))?;
+    let mut produce = ProduceThread::start(Producing {
+        producer,
+        topics: clients.topics.clone(),
+        backlog: VecDeque::new(),
+        retry_at: None,
+    })
+    .map_err(|e| KafkaRunError::Thread("produce", e))?;
     let mut lp = Loop {
         clients,
         metrics: metrics.clone(),
@@ -1143,7 +1277,7 @@ pub fn run(
         .map_err(|e| KafkaRunError::Thread("commit", e))?;
     let mut last_commit = Instant::now();
     while !stop.load(Ordering::SeqCst) {
-        lp.drain_deliveries()?;
+        lp.drain_deliveries(&produce)?;
         if let Some(result) = trainer.as_ref().and_then(Trainer::poll) {
             if let Some(t) = trainer.take() {
                 let _ = t.handle.join();
@@ -1166,25 +1300,23 @@ pub fn run(
         lp.backpressure()?;
         // Up to BATCH messages per round, so the housekeeping above is amortised; the first
         // poll waits, the others take only what is already fetched.
+        let consumer = Arc::clone(&lp.clients.consumer);
         for i in 0..BATCH {
             let wait = if i == 0 { POLL } else { Duration::ZERO };
-            let record = match lp.clients.consumer.poll(wait) {
+            let message = match consumer.poll(wait) {
                 None => None,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "kafka consumer");
                     None
                 }
-                Some(Ok(message)) => Some(
-                    lp.channel_of(message.topic())
-                        .map(|channel| record_of(&message, channel).0),
-                ),
+                Some(Ok(message)) => Some(message),
             };
             // Assignments made inside that poll are applied before its message is handled.
             lp.apply_group_changes()?;
-            match record {
-                None => break,
-                Some(Some(record)) => lp.handle(&mut engine, &record)?,
-                Some(None) => {}
+            let Some(message) = message else { break };
+            if let Some(channel) = lp.channel_of(message.topic()) {
+                let (record, _) = record_without_headers(&message, channel);
+                lp.handle(&mut engine, &record, || headers_of(&message).0)?;
             }
         }
         if last_commit.elapsed() >= lp.clients.commit_interval {
@@ -1199,8 +1331,8 @@ pub fn run(
     engine.finish()?;
     let deadline = Instant::now() + drain_timeout;
     loop {
-        lp.drain_deliveries()?;
-        let left = lock(&lp.clients.sender).unacknowledged();
+        lp.drain_deliveries(&produce)?;
+        let left = lock(&lp.clients.outbox).unacknowledged();
         if left == 0 || Instant::now() >= deadline {
             lp.summary.unacknowledged = left;
             if left > 0 {
@@ -1217,6 +1349,7 @@ pub fn run(
         let _ = lp.clients.consumer.poll(Duration::from_millis(10));
         lp.apply_group_changes()?;
     }
+    produce.stop();
     committer.stop();
     commit_both(&lp.clients.consumer, &lp.commit_points_now(&engine));
     if let ModelLink::Publish { producer, .. } = &lp.clients.models {

@@ -13,7 +13,7 @@
 //! Orders are deterministic: the snapshot and iteration follow insertion order; evictions come
 //! out oldest first. The id index is a hash map used for lookups only, never iterated.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::data::Rows;
 use crate::stream::event::features_to_rows;
@@ -111,9 +111,12 @@ pub struct Snapshot {
 #[derive(Debug, Clone)]
 pub struct Window {
     config: WindowConfig,
-    /// Insertion sequence number → entry: the insertion order.
-    entries: BTreeMap<u64, Entry>,
-    by_id: HashMap<String, u64>,
+    /// (insertion sequence number, entry), in insertion order: evictions by count and bytes
+    /// pop the front; only an age eviction out of insertion order removes from the middle.
+    entries: VecDeque<(u64, Entry)>,
+    /// Ids come from producers, so the hasher is seeded per process (foldhash: a fraction of
+    /// SipHash's cost per event, measured in `bench kafka`).
+    by_id: foldhash::HashMap<String, u64>,
     by_ts: BTreeSet<(i64, u64)>,
     by_source: BTreeSet<(i32, i64, u64)>,
     next_seq: u64,
@@ -133,8 +136,8 @@ impl Window {
         }
         Ok(Window {
             config,
-            entries: BTreeMap::new(),
-            by_id: HashMap::new(),
+            entries: VecDeque::new(),
+            by_id: foldhash::HashMap::default(),
             by_ts: BTreeSet::new(),
             by_source: BTreeSet::new(),
             next_seq: 0,
@@ -170,8 +173,8 @@ impl Window {
     }
 
     /// The stored events, oldest insertion first.
-    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.values()
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> + Clone {
+        self.entries.iter().map(|(_, e)| e)
     }
 
     /// The oldest `ts` still allowed, given the newest seen.
@@ -201,7 +204,7 @@ impl Window {
             self.by_source.insert((s.partition, s.offset, seq));
         }
         self.bytes += size;
-        self.entries.insert(seq, entry);
+        self.entries.push_back((seq, entry));
 
         let mut evicted = Vec::new();
         if let Some(cutoff) = self.cutoff() {
@@ -213,12 +216,12 @@ impl Window {
             }
         }
         while self.entries.len() > self.config.max_events {
-            let oldest = self.entries.keys().next().copied();
+            let oldest = self.entries.front().map(|(s, _)| *s);
             evicted.extend(oldest.and_then(|s| self.remove(s, EvictReason::Count)));
         }
         if let Some(max) = self.config.max_bytes {
             while self.bytes > max {
-                let oldest = self.entries.keys().next().copied();
+                let oldest = self.entries.front().map(|(s, _)| *s);
                 match oldest.and_then(|s| self.remove(s, EvictReason::Bytes)) {
                     Some(e) => evicted.push(e),
                     None => break,
@@ -229,7 +232,11 @@ impl Window {
     }
 
     fn remove(&mut self, seq: u64, reason: EvictReason) -> Option<Evicted> {
-        let entry = self.entries.remove(&seq)?;
+        let at = match self.entries.front() {
+            Some((front, _)) if *front == seq => 0,
+            _ => self.entries.binary_search_by_key(&seq, |(s, _)| *s).ok()?,
+        };
+        let (_, entry) = self.entries.remove(at)?;
         self.by_id.remove(&entry.id);
         self.by_ts.remove(&(entry.ts, seq));
         if let Some(s) = entry.source {
@@ -267,14 +274,14 @@ impl Window {
                 })
             }
         };
-        for e in self.entries.values() {
+        for e in self.iter() {
             check(e)?;
         }
-        let rows = features_to_rows(self.entries.values().map(|e| &e.x), n_features)
+        let rows = features_to_rows(self.iter().map(|e| &e.x), n_features)
             .map_err(|err| WindowError::Config(err.to_string()))?;
         Ok(Snapshot {
-            ids: self.entries.values().map(|e| e.id.clone()).collect(),
-            ts: self.entries.values().map(|e| e.ts).collect(),
+            ids: self.iter().map(|e| e.id.clone()).collect(),
+            ts: self.iter().map(|e| e.ts).collect(),
             rows,
         })
     }

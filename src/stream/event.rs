@@ -300,6 +300,56 @@ pub fn parse_event_with(
     if !text.trim_start().starts_with('{') {
         return Err(reject(InvalidJson, "not a JSON object"));
     }
+    if let Some(event) = parse_dense_event(text, expected_dim, limits) {
+        return Ok((event, true));
+    }
+    parse_fields(text, expected_dim, limits, ts_required)
+}
+
+/// The common case in one pass: a dense event whose fields all parse and pass every check.
+/// Anything else (sparse features, a missing `ts`, every rejection) goes through
+/// [`parse_fields`], which names the reason. For a payload this accepts, both give the same
+/// event (property-tested): the field types are the ones [`parse_fields`] reads each field
+/// as, and the checks are its checks.
+#[derive(Deserialize)]
+struct DenseEvent {
+    id: String,
+    ts: i64,
+    x: Vec<f64>,
+    #[serde(default)]
+    meta: Option<Map<String, Value>>,
+}
+
+fn parse_dense_event(
+    text: &str,
+    expected_dim: Option<usize>,
+    limits: &EventLimits,
+) -> Option<Event> {
+    let e: DenseEvent = serde_json::from_str(text).ok()?;
+    let valid = !e.id.is_empty()
+        && e.id.len() <= limits.max_id_len
+        && e.ts >= 0
+        && !e.x.is_empty()
+        && expected_dim.map_or(true, |d| d == e.x.len())
+        && e.x.iter().all(|v| v.is_finite());
+    valid.then_some(Event {
+        id: e.id,
+        ts: e.ts,
+        x: Features::Dense(e.x),
+        meta: e.meta,
+    })
+}
+
+/// Field by field, each kept raw first, so that every field gets its own rejection reason.
+/// `text` is a UTF-8 payload within the size limit that starts with `{`.
+fn parse_fields(
+    text: &str,
+    expected_dim: Option<usize>,
+    limits: &EventLimits,
+    ts_required: bool,
+) -> Result<(Event, bool), Rejection> {
+    use RejectReason::*;
+
     let raw: RawEvent<'_> =
         serde_json::from_str(text).map_err(|e| reject(InvalidJson, e.to_string()))?;
 
@@ -838,5 +888,101 @@ mod tests {
             text,
             r#"{"id":"i","ts":2,"x":[1.0,0.5],"meta":{"a":2,"z":1}}"#
         );
+    }
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const IDS: &[&str] = &[
+        r#""a1""#,
+        r#""""#,
+        r#""a\"b\u00e9""#,
+        "null",
+        "7",
+        r#""0123456789""#,
+    ];
+    const TS: &[&str] = &[
+        "0",
+        "1767225600000",
+        "-1",
+        "-0",
+        "1.0",
+        "1e3",
+        "9223372036854775807",
+        "9223372036854775808",
+        "null",
+        r#""5""#,
+    ];
+    const XS: &[&str] = &[
+        "[0.5,0,-2e3]",
+        "[1,2]",
+        "[]",
+        "[1e400]",
+        r#"[1,"a"]"#,
+        "[1,null]",
+        r#"{"indices":[0],"values":[1],"dim":3}"#,
+        r#"{"indices":[1],"values":[2]}"#,
+        "null",
+        "3",
+    ];
+    const METAS: &[&str] = &["null", "{}", r#"{"label":1}"#, "5", "[]"];
+
+    fn payload(fields: &[(usize, usize)], order: &[usize]) -> String {
+        let mut parts = Vec::new();
+        for &i in order {
+            let (kind, pick) = fields[i % fields.len()];
+            let part = match kind {
+                0 => format!(r#""id":{}"#, IDS[pick % IDS.len()]),
+                1 => format!(r#""ts":{}"#, TS[pick % TS.len()]),
+                2 => format!(r#""x":{}"#, XS[pick % XS.len()]),
+                3 => format!(r#""meta":{}"#, METAS[pick % METAS.len()]),
+                _ => r#""extra":[1,{"y":2}]"#.to_string(),
+            };
+            parts.push(part);
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
+    proptest! {
+        /// The one-pass path and the field-by-field path agree on every payload: the same
+        /// event, or (through the fallback) the same rejection.
+        #[test]
+        fn one_pass_and_field_by_field_parses_agree(
+            fields in proptest::collection::vec((0usize..5, 0usize..10), 1..6),
+            order in proptest::collection::vec(0usize..6, 0..7),
+            dim in proptest::option::of(2usize..4),
+            max_id_len in 3usize..12,
+            ts_required in any::<bool>(),
+        ) {
+            let text = payload(&fields, &order);
+            let limits = EventLimits { max_bytes: 1 << 20, max_id_len };
+            let fast = parse_event_with(text.as_bytes(), dim, &limits, ts_required);
+            let slow = parse_fields(&text, dim, &limits, ts_required);
+            prop_assert_eq!(fast, slow, "{}", text);
+        }
+    }
+
+    #[test]
+    fn the_one_pass_path_takes_the_common_dense_event() {
+        let limits = EventLimits::default();
+        let text = r#"{"id":"a","ts":5,"x":[1,2.5],"meta":{"k":"v"},"other":0}"#;
+        let e = parse_dense_event(text, Some(2), &limits).expect("one pass");
+        assert_eq!(Ok((e, true)), parse_fields(text, Some(2), &limits, true));
+        for refused in [
+            r#"{"id":"a","ts":-1,"x":[1,2]}"#,
+            r#"{"id":"a","ts":5,"x":[1,2,3]}"#,
+            r#"{"id":"","ts":5,"x":[1,2]}"#,
+            r#"{"id":"a","x":[1,2]}"#,
+            r#"{"id":"a","ts":5,"x":{"indices":[0],"values":[1]}}"#,
+        ] {
+            assert_eq!(
+                parse_dense_event(refused, Some(2), &limits),
+                None,
+                "{refused}"
+            );
+        }
     }
 }

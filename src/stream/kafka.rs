@@ -404,24 +404,25 @@ pub struct Lossy {
 /// values as text (bytes that are not UTF-8 replaced, and counted in [`Lossy`]), the message
 /// timestamp or, without one, the time it was received.
 pub fn record_of(message: &impl Message, channel: Channel) -> (Record, Lossy) {
-    let mut lossy = Lossy::default();
+    let (mut record, key_lossy) = record_without_headers(message, channel);
+    let (headers, lossy_headers) = headers_of(message);
+    record.headers = headers;
+    let lossy = Lossy {
+        key: key_lossy,
+        headers: lossy_headers,
+    };
+    (record, lossy)
+}
+
+/// [`record_of`] without the headers (empty), and whether the key was not UTF-8. librdkafka
+/// parses a consumed message's headers on first access, at a cost comparable to the rest of
+/// the conversion; the daemon reads them with [`headers_of`] only for a dead letter.
+pub fn record_without_headers(message: &impl Message, channel: Channel) -> (Record, bool) {
+    let mut lossy_key = false;
     let key = message.key().map(|bytes| {
-        lossy.key = std::str::from_utf8(bytes).is_err();
+        lossy_key = std::str::from_utf8(bytes).is_err();
         String::from_utf8_lossy(bytes).into_owned()
     });
-    let mut headers = Vec::new();
-    if let Some(hs) = message.headers() {
-        for h in hs.iter() {
-            let value = h.value.unwrap_or_default();
-            if std::str::from_utf8(value).is_err() {
-                lossy.headers += 1;
-            }
-            headers.push((
-                h.key.to_string(),
-                String::from_utf8_lossy(value).into_owned(),
-            ));
-        }
-    }
     let record = Record {
         channel,
         ts: message.timestamp().to_millis().unwrap_or_else(now_ms),
@@ -429,9 +430,28 @@ pub fn record_of(message: &impl Message, channel: Channel) -> (Record, Lossy) {
         payload: message.payload().unwrap_or_default().to_vec(),
         partition: Some(message.partition()),
         offset: Some(message.offset()),
-        headers,
+        headers: Vec::new(),
     };
-    (record, lossy)
+    (record, lossy_key)
+}
+
+/// A message's headers as text, and how many values were not UTF-8.
+pub fn headers_of(message: &impl Message) -> (Vec<(String, String)>, u64) {
+    let mut headers = Vec::new();
+    let mut lossy = 0;
+    if let Some(hs) = message.headers() {
+        for h in hs.iter() {
+            let value = h.value.unwrap_or_default();
+            if std::str::from_utf8(value).is_err() {
+                lossy += 1;
+            }
+            headers.push((
+                h.key.to_string(),
+                String::from_utf8_lossy(value).into_owned(),
+            ));
+        }
+    }
+    (headers, lossy)
 }
 
 /// Produces `records` into their channels' topics (creating missing topics first): key and
