@@ -1366,6 +1366,100 @@ pub fn run(
 mod tests {
     use super::*;
 
+    /// A producer whose broker never answers (nothing listens on port 1), so every message
+    /// stays queued in librdkafka: enough to see what the produce thread hands over and what
+    /// it refuses.
+    fn producing(settings: &[(&str, &str)]) -> (Producing, mpsc::Receiver<Delivery>) {
+        let mut k = KafkaConfig::new("127.0.0.1:1");
+        for (key, value) in settings {
+            k.librdkafka
+                .insert((*key).to_string(), (*value).to_string());
+        }
+        let (reports, deliveries) = mpsc::channel();
+        let producer = producer_config(&k)
+            .create_with_context(DeliveryContext {
+                reports: Mutex::new(reports),
+            })
+            .expect("producer");
+        let producing = Producing {
+            producer,
+            topics: Topics::of(&k),
+            backlog: VecDeque::new(),
+            retry_at: None,
+        };
+        (producing, deliveries)
+    }
+
+    fn message(offset: i64, bytes: usize) -> Outgoing {
+        Outgoing {
+            topic: "neyman.dlq".into(),
+            key: Some(format!("k{offset}").into_bytes()),
+            payload: vec![b'x'; bytes],
+            headers: vec![("h".into(), b"v".to_vec())],
+            hold: ((Channel::Unlabeled, 0), offset),
+        }
+    }
+
+    #[test]
+    fn a_send_librdkafka_refuses_stops_the_thread_with_the_reason() {
+        let (producing, _deliveries) = producing(&[("message.max.bytes", "1000")]);
+        let mut thread = ProduceThread::start(producing).expect("thread");
+        thread
+            .send(vec![Produce::Message(message(7, 5000))])
+            .expect("handed over");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let error = loop {
+            match thread.send(Vec::new()) {
+                Err(KafkaRunError::Produce(e)) => break e,
+                Err(other) => panic!("{other}"),
+                Ok(()) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Ok(()) => panic!("the oversize message was not refused"),
+            }
+        };
+        assert!(error.contains("send to neyman.dlq"), "{error}");
+        // The thread is gone: later batches are refused too, not silently dropped.
+        assert!(matches!(
+            thread.send(vec![Produce::Message(message(8, 10))]),
+            Err(KafkaRunError::Produce(_))
+        ));
+        thread.stop();
+    }
+
+    #[test]
+    fn a_full_queue_holds_back_everything_behind_it_in_order() {
+        let (mut producing, _deliveries) = producing(&[("queue.buffering.max.messages", "2")]);
+        for (offset, item) in [
+            (1, Produce::Message(message(1, 10))),
+            (2, Produce::Message(message(2, 10))),
+            (3, Produce::Message(message(3, 10))),
+            (4, Produce::Resend(message(4, 10))),
+        ] {
+            assert_eq!(item_offset(&item), offset);
+            producing.take(item);
+        }
+        // A resend waits for its backoff, and so does everything queued with it.
+        assert!(producing.retry_at.is_some());
+        producing.drain_backlog().expect("no refusal");
+        assert_eq!(producing.backlog.len(), 4);
+        producing.retry_at = None;
+        producing
+            .drain_backlog()
+            .expect("a full queue is not an error");
+        let waiting: Vec<i64> = producing.backlog.iter().map(|o| o.hold.1).collect();
+        assert_eq!(
+            waiting,
+            [3, 4],
+            "librdkafka took two, the rest wait in order"
+        );
+    }
+
+    fn item_offset(item: &Produce) -> i64 {
+        match item {
+            Produce::Message(o) | Produce::Resend(o) => o.hold.1,
+            Produce::Score(_, origin) => origin.offset,
+        }
+    }
+
     #[test]
     fn lag_is_published_per_group_and_unknown_entries_are_skipped() {
         let registry = prometheus::Registry::new();
