@@ -16,6 +16,14 @@ use neyman::config::{LoadedConfig, LogFormat};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `mi_option_purge_delay` (index 15 in the `mi_option_e` enum of both bundled
+/// versions). By default mimalloc hands emptied pages back to the OS after 10 ms; librdkafka
+/// allocates and frees buffers per fetch and per produce batch, so the kernel zeroed fresh
+/// pages for it all the time (a fifth of its broker thread in `neyman bench kafka`). One second
+/// keeps them for the next batches; memory still goes back to the OS when the load drops.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+const PURGE_DELAY_MS: std::ffi::c_long = 1000;
+
 fn init_tracing(default_level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
@@ -42,6 +50,11 @@ fn with_daemon_config(
 }
 
 fn main() -> ExitCode {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets a process-wide allocator option (an atomic store in mimalloc); any
+        // value is valid for this option.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
+    }
     let parsed = Cli::parse();
     let quiet = match &parsed.command {
         Command::Train(a) => a.quiet,
