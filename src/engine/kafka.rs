@@ -269,7 +269,11 @@ impl Producing {
                     .recv()
                     .map_err(|_| mpsc::RecvTimeoutError::Disconnected)
             } else {
-                batches.recv_timeout(BACKLOG_RETRY)
+                // While a resend backs off (a broker is down), sleep until then.
+                let backoff = self.retry_at.map_or(Duration::ZERO, |at| {
+                    at.saturating_duration_since(Instant::now())
+                });
+                batches.recv_timeout(backoff.max(BACKLOG_RETRY))
             };
             match next {
                 Ok(batch) => {
