@@ -123,6 +123,11 @@ impl Topics {
             .find(|(_, c)| **c == channel)
             .map(|(t, _)| t.as_str())
     }
+
+    /// `channel`'s input topic for a header (empty if this member does not read it).
+    fn input_name(&self, channel: Channel) -> String {
+        self.input(channel).unwrap_or_default().to_string()
+    }
 }
 
 /// A header name: the daemon's own are static, a dead letter's originals are copied.
@@ -395,11 +400,7 @@ fn score_message(topics: &Topics, output: &ScoreOutput, origin: Origin) -> Outgo
     }
     headers.push((
         "source_topic".into(),
-        topics
-            .input(origin.channel)
-            .unwrap_or_default()
-            .as_bytes()
-            .to_vec(),
+        topics.input_name(origin.channel).into_bytes(),
     ));
     headers.push((
         "source_partition".into(),
@@ -432,10 +433,6 @@ pub struct KafkaOutputs {
 }
 
 impl KafkaOutputs {
-    fn input_topic(&self, channel: Channel) -> String {
-        self.topics.input(channel).unwrap_or_default().to_string()
-    }
-
     /// Books an output of the input at `hold` and queues it for the produce thread.
     fn queue(&self, hold: (InputPartition, i64), produce: Produce) {
         let mut outbox = lock(&self.outbox);
@@ -491,7 +488,7 @@ impl Outputs for KafkaOutputs {
             payload.truncate(DLQ_MAX_BYTES.saturating_sub(envelope));
         }
         for (key, value) in [
-            ("__connect.errors.topic", self.input_topic(r.channel)),
+            ("__connect.errors.topic", self.topics.input_name(r.channel)),
             ("__connect.errors.partition", partition.to_string()),
             ("__connect.errors.offset", offset.to_string()),
             (
@@ -790,8 +787,7 @@ pub struct KafkaClients {
     role: Role,
     models: ModelLink,
     consumer: Arc<BaseConsumer<GroupContext>>,
-    /// Moved to the produce thread when [`run`] starts.
-    producer: Option<ThreadedProducer<DeliveryContext>>,
+    produce: ProduceThread,
     outbox: SharedOutbox,
     deliveries: mpsc::Receiver<Delivery>,
     topics: Topics,
@@ -799,8 +795,8 @@ pub struct KafkaClients {
     max_in_flight: usize,
 }
 
-/// Creates the consumer (subscribed to the input topics its role reads), the producer, the
-/// models-topic link of a trainer or scorer, and the [`KafkaOutputs`] to build the engine
+/// Creates the consumer (subscribed to the input topics its role reads), the producer (on its
+/// thread, [`Producing`]; [`run`] stops it at the end), the models-topic link of a trainer or scorer, and the [`KafkaOutputs`] to build the engine
 /// with. Topics must exist (see [`crate::stream::kafka::ensure_topics`]).
 ///
 /// Groups: `both` and `scorer` members share `group_id` (a scorer reads only `unlabeled`); a
@@ -867,6 +863,13 @@ pub fn connect(
     let consumer: BaseConsumer<GroupContext> = config.create_with_context(context)?;
     let names: Vec<&str> = topics.inputs.keys().map(String::as_str).collect();
     consumer.subscribe(&names)?;
+    let produce = ProduceThread::start(Producing {
+        producer,
+        topics: topics.clone(),
+        backlog: VecDeque::new(),
+        retry_at: None,
+    })
+    .map_err(|e| KafkaRunError::Thread("produce", e))?;
     let outbox = Arc::new(Mutex::new(Outbox {
         book: OffsetBook::new(),
         batch: Vec::new(),
@@ -879,7 +882,7 @@ pub fn connect(
         role: k.role,
         models,
         consumer: Arc::new(consumer),
-        producer: Some(producer),
+        produce,
         outbox,
         deliveries,
         topics,
@@ -1014,7 +1017,7 @@ impl Loop {
 
     /// Applies delivery reports (acknowledgements free offsets, failures are sent again) and
     /// hands this round's outputs to the produce thread.
-    fn drain_deliveries(&mut self, produce: &ProduceThread) -> Result<(), KafkaRunError> {
+    fn drain_deliveries(&mut self) -> Result<(), KafkaRunError> {
         let mut outbox = lock(&self.clients.outbox);
         let mut failed: BTreeMap<String, (u64, String)> = BTreeMap::new();
         while let Ok(report) = self.clients.deliveries.try_recv() {
@@ -1039,7 +1042,7 @@ impl Loop {
         self.metrics
             .kafka_in_flight
             .set(i64::try_from(outbox.unacknowledged()).unwrap_or(i64::MAX));
-        produce.send(std::mem::take(&mut outbox.batch))
+        self.clients.produce.send(std::mem::take(&mut outbox.batch))
     }
 
     /// Pauses every assigned partition above `max_in_flight` unacknowledged outputs, and
@@ -1251,24 +1254,13 @@ impl Loop {
 /// the final offsets are committed synchronously and the consumer leaves the group.
 pub fn run(
     mut engine: Engine,
-    mut clients: KafkaClients,
+    clients: KafkaClients,
     metrics: &Metrics,
     stop: &AtomicBool,
     drain_timeout: Duration,
 ) -> Result<KafkaSummary, KafkaRunError> {
     engine.defer_retrains();
     engine.set_role(clients.role);
-    let producer = clients
-        .producer
-        .take()
-        .ok_or_else(|| KafkaRunError::Produce("the producer is already in use".into()))?;
-    let mut produce = ProduceThread::start(Producing {
-        producer,
-        topics: clients.topics.clone(),
-        backlog: VecDeque::new(),
-        retry_at: None,
-    })
-    .map_err(|e| KafkaRunError::Thread("produce", e))?;
     let mut lp = Loop {
         clients,
         metrics: metrics.clone(),
@@ -1281,7 +1273,7 @@ pub fn run(
         .map_err(|e| KafkaRunError::Thread("commit", e))?;
     let mut last_commit = Instant::now();
     while !stop.load(Ordering::SeqCst) {
-        lp.drain_deliveries(&produce)?;
+        lp.drain_deliveries()?;
         if let Some(result) = trainer.as_ref().and_then(Trainer::poll) {
             if let Some(t) = trainer.take() {
                 let _ = t.handle.join();
@@ -1335,7 +1327,7 @@ pub fn run(
     engine.finish()?;
     let deadline = Instant::now() + drain_timeout;
     loop {
-        lp.drain_deliveries(&produce)?;
+        lp.drain_deliveries()?;
         let left = lock(&lp.clients.outbox).unacknowledged();
         if left == 0 || Instant::now() >= deadline {
             lp.summary.unacknowledged = left;
@@ -1353,7 +1345,7 @@ pub fn run(
         let _ = lp.clients.consumer.poll(Duration::from_millis(10));
         lp.apply_group_changes()?;
     }
-    produce.stop();
+    lp.clients.produce.stop();
     committer.stop();
     commit_both(&lp.clients.consumer, &lp.commit_points_now(&engine));
     if let ModelLink::Publish { producer, .. } = &lp.clients.models {

@@ -232,10 +232,7 @@ impl Window {
     }
 
     fn remove(&mut self, seq: u64, reason: EvictReason) -> Option<Evicted> {
-        let at = match self.entries.front() {
-            Some((front, _)) if *front == seq => 0,
-            _ => self.entries.binary_search_by_key(&seq, |(s, _)| *s).ok()?,
-        };
+        let at = self.entries.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
         let (_, entry) = self.entries.remove(at)?;
         self.by_id.remove(&entry.id);
         self.by_ts.remove(&(entry.ts, seq));

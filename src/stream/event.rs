@@ -306,11 +306,7 @@ pub fn parse_event_with(
     parse_fields(text, expected_dim, limits, ts_required)
 }
 
-/// The common case in one pass: a dense event whose fields all parse and pass every check.
-/// Anything else (sparse features, a missing `ts`, every rejection) goes through
-/// [`parse_fields`], which names the reason. For a payload this accepts, both give the same
-/// event (property-tested): the field types are the ones [`parse_fields`] reads each field
-/// as, and the checks are its checks.
+/// A dense event with every required field present, as [`parse_dense_event`] reads it.
 #[derive(Deserialize)]
 struct DenseEvent {
     id: String,
@@ -320,6 +316,11 @@ struct DenseEvent {
     meta: Option<Map<String, Value>>,
 }
 
+/// The common case in one pass: a dense event whose fields all parse and pass every check.
+/// Anything else (sparse features, a missing `ts`, every rejection) goes through
+/// [`parse_fields`], which names the reason. For a payload this accepts, both give the same
+/// event (property-tested): the field types are the ones [`parse_fields`] reads each field
+/// as, and the checks are its checks.
 fn parse_dense_event(
     text: &str,
     expected_dim: Option<usize>,

@@ -27,8 +27,8 @@ struct PartitionBook {
     /// One past the newest offset handled.
     next: Option<i64>,
     /// Offsets with outputs in flight and how many, in increasing offset order. Outputs are
-    /// sent and acknowledged mostly in offset order, so both ends are O(1) in the common case
-    /// (a tree paid a node allocation and a search per output).
+    /// sent and acknowledged mostly in offset order, so inserts and removals happen at the ends
+    /// (a tree paid a node allocation per output).
     in_flight: VecDeque<(i64, u32)>,
 }
 
@@ -54,15 +54,10 @@ impl OffsetBook {
     /// An output answering `offset` was sent.
     pub fn sent(&mut self, partition: InputPartition, offset: i64) {
         let in_flight = &mut self.partitions.entry(partition).or_default().in_flight;
-        match in_flight.back_mut() {
-            Some((last, count)) if *last == offset => *count += 1,
-            Some((last, _)) if *last > offset => {
-                match in_flight.binary_search_by_key(&offset, |(o, _)| *o) {
-                    Ok(at) => in_flight[at].1 += 1,
-                    Err(at) => in_flight.insert(at, (offset, 1)),
-                }
-            }
-            _ => in_flight.push_back((offset, 1)),
+        match in_flight.binary_search_by_key(&offset, |(o, _)| *o) {
+            Ok(at) => in_flight[at].1 += 1,
+            // At the back for an offset newer than all in flight: no shift.
+            Err(at) => in_flight.insert(at, (offset, 1)),
         }
         self.in_flight += 1;
     }
@@ -73,11 +68,7 @@ impl OffsetBook {
             return;
         };
         let in_flight = &mut book.in_flight;
-        let at = match in_flight.front() {
-            Some((first, _)) if *first == offset => Some(0),
-            _ => in_flight.binary_search_by_key(&offset, |(o, _)| *o).ok(),
-        };
-        if let Some(at) = at {
+        if let Ok(at) = in_flight.binary_search_by_key(&offset, |(o, _)| *o) {
             in_flight[at].1 -= 1;
             if in_flight[at].1 == 0 {
                 in_flight.remove(at);
