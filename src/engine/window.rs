@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::data::Rows;
 use crate::stream::event::features_to_rows;
+use crate::stream::offsets::search_from_ends;
 use crate::stream::Features;
 
 /// The bounds of one window.
@@ -48,7 +49,7 @@ pub struct Entry {
 }
 
 /// Bytes charged per entry beyond its id and feature heap bytes: the entry itself plus the
-/// nodes of the four indexes (order, id, time, source). An estimate, fixed so that the
+/// nodes of the indexes (order, id, time). An estimate, fixed so that the
 /// accounting is reproducible.
 pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + 96;
 
@@ -117,8 +118,7 @@ pub struct Window {
     /// Ids come from producers, so the hasher is seeded per process (foldhash: a fraction of
     /// SipHash's cost per event, measured in `bench kafka`).
     by_id: foldhash::HashMap<String, u64>,
-    by_ts: BTreeSet<(i64, u64)>,
-    by_source: BTreeSet<(i32, i64, u64)>,
+    by_ts: TimeIndex,
     next_seq: u64,
     newest_ts: Option<i64>,
     bytes: usize,
@@ -138,8 +138,7 @@ impl Window {
             config,
             entries: VecDeque::new(),
             by_id: foldhash::HashMap::default(),
-            by_ts: BTreeSet::new(),
-            by_source: BTreeSet::new(),
+            by_ts: TimeIndex::default(),
             next_seq: 0,
             newest_ts: None,
             bytes: 0,
@@ -200,15 +199,12 @@ impl Window {
         self.newest_ts = Some(self.newest_ts.map_or(entry.ts, |n| n.max(entry.ts)));
         self.by_id.insert(entry.id.clone(), seq);
         self.by_ts.insert((entry.ts, seq));
-        if let Some(s) = entry.source {
-            self.by_source.insert((s.partition, s.offset, seq));
-        }
         self.bytes += size;
         self.entries.push_back((seq, entry));
 
         let mut evicted = Vec::new();
         if let Some(cutoff) = self.cutoff() {
-            while let Some(&(ts, seq)) = self.by_ts.first() {
+            while let Some((ts, seq)) = self.by_ts.first() {
                 if ts >= cutoff {
                     break;
                 }
@@ -232,28 +228,25 @@ impl Window {
     }
 
     fn remove(&mut self, seq: u64, reason: EvictReason) -> Option<Evicted> {
-        let at = self.entries.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
+        let at = search_from_ends(&self.entries, &seq, |(s, _)| *s).ok()?;
         let (_, entry) = self.entries.remove(at)?;
         self.by_id.remove(&entry.id);
-        self.by_ts.remove(&(entry.ts, seq));
-        if let Some(s) = entry.source {
-            self.by_source.remove(&(s.partition, s.offset, seq));
-        }
+        self.by_ts.remove((entry.ts, seq));
         self.bytes -= entry.bytes();
         Some(Evicted { entry, reason })
     }
 
     /// The smallest source offset still stored, per partition. Offsets below it are no longer
     /// needed by this window (it is the low watermark a Kafka consumer may commit up to).
+    ///
+    /// A scan of the window: it is asked once per commit interval, and an index kept in step
+    /// on every insertion and eviction cost more than the scans it saved.
     pub fn oldest_offset_per_partition(&self) -> BTreeMap<i32, i64> {
         let mut out = BTreeMap::new();
-        let mut next = self.by_source.first().copied();
-        while let Some((partition, offset, _)) = next {
-            out.insert(partition, offset);
-            next = match partition.checked_add(1) {
-                Some(p) => self.by_source.range((p, i64::MIN, 0)..).next().copied(),
-                None => None,
-            };
+        for s in self.iter().filter_map(|e| e.source) {
+            out.entry(s.partition)
+                .and_modify(|oldest: &mut i64| *oldest = (*oldest).min(s.offset))
+                .or_insert(s.offset);
         }
         out
     }
@@ -281,6 +274,45 @@ impl Window {
             ts: self.iter().map(|e| e.ts).collect(),
             rows,
         })
+    }
+}
+
+/// The stored events' `(ts, insertion sequence)` pairs, with their minimum at hand for age
+/// evictions. Times mostly arrive in order: such pairs sit in a deque in insertion order, O(1)
+/// at both ends; a pair older than the deque's newest goes to a tree, so a shuffled stream
+/// costs O(log n) per event and never a shift of the deque. Evictions remove the minimum (age)
+/// or the oldest insertion (count, bytes); either is the deque's front when it is in the deque.
+#[derive(Debug, Clone, Default)]
+struct TimeIndex {
+    in_order: VecDeque<(i64, u64)>,
+    late: BTreeSet<(i64, u64)>,
+}
+
+impl TimeIndex {
+    fn insert(&mut self, key: (i64, u64)) {
+        if self.in_order.back().is_none_or(|&newest| newest <= key) {
+            self.in_order.push_back(key);
+        } else {
+            self.late.insert(key);
+        }
+    }
+
+    fn remove(&mut self, key: (i64, u64)) {
+        match search_from_ends(&self.in_order, &key, |k| *k) {
+            Ok(at) => {
+                self.in_order.remove(at);
+            }
+            Err(_) => {
+                self.late.remove(&key);
+            }
+        }
+    }
+
+    fn first(&self) -> Option<(i64, u64)> {
+        match (self.in_order.front(), self.late.first()) {
+            (Some(a), Some(b)) => Some(*a.min(b)),
+            (a, b) => a.or(b).copied(),
+        }
     }
 }
 
@@ -542,4 +574,93 @@ mod tests {
     /// fnv1a64(id) mod 100, computed independently of this code (a few lines of Python).
     const PINNED_BUCKETS: [(&str, u64); 4] =
         [("a", 96), ("foobar", 68), ("17-0", 32), ("event-42", 0)];
+    /// The bounds applied the slow, obvious way: a list in insertion order, searched whole.
+    struct Reference {
+        config: WindowConfig,
+        entries: Vec<Entry>,
+        newest_ts: Option<i64>,
+    }
+
+    impl Reference {
+        fn insert(&mut self, entry: Entry) -> InsertOutcome {
+            if self.entries.iter().any(|e| e.id == entry.id) {
+                return InsertOutcome::Duplicate;
+            }
+            let max_age = self.config.max_age_ms;
+            let cutoff = |newest: Option<i64>| Some(newest?.saturating_sub(max_age?));
+            if cutoff(self.newest_ts).is_some_and(|c| entry.ts < c) {
+                return InsertOutcome::TooOld;
+            }
+            if self.config.max_bytes.is_some_and(|m| entry.bytes() > m) {
+                return InsertOutcome::TooLarge;
+            }
+            self.newest_ts = Some(self.newest_ts.map_or(entry.ts, |n| n.max(entry.ts)));
+            self.entries.push(entry);
+            let mut evicted = Vec::new();
+            if let Some(c) = cutoff(self.newest_ts) {
+                // Oldest time first; among equal times, the earlier insertion.
+                while let Some(at) = (0..self.entries.len())
+                    .filter(|&i| self.entries[i].ts < c)
+                    .min_by_key(|&i| (self.entries[i].ts, i))
+                {
+                    let entry = self.entries.remove(at);
+                    evicted.push(Evicted {
+                        entry,
+                        reason: EvictReason::Age,
+                    });
+                }
+            }
+            while self.entries.len() > self.config.max_events {
+                let entry = self.entries.remove(0);
+                evicted.push(Evicted {
+                    entry,
+                    reason: EvictReason::Count,
+                });
+            }
+            let bytes = |es: &[Entry]| es.iter().map(Entry::bytes).sum::<usize>();
+            while self
+                .config
+                .max_bytes
+                .is_some_and(|m| bytes(&self.entries) > m)
+            {
+                let entry = self.entries.remove(0);
+                evicted.push(Evicted {
+                    entry,
+                    reason: EvictReason::Bytes,
+                });
+            }
+            InsertOutcome::Added { evicted }
+        }
+    }
+
+    proptest::proptest! {
+        /// Any sequence of events (times and offsets in or out of order, duplicate ids) under
+        /// any bounds: the same outcomes, contents, bytes and watermarks as the reference.
+        #[test]
+        fn window_matches_a_plain_list(
+            max_events in 1usize..12,
+            max_age_ms in proptest::option::of(0i64..40),
+            max_bytes in proptest::option::of(300usize..2000),
+            events in proptest::collection::vec((0u8..30, 0i64..100, 0i32..3, 0i64..50, 1usize..4), 1..120),
+        ) {
+            let config = config(max_events, max_age_ms, max_bytes);
+            let mut w = Window::new(config).unwrap();
+            let mut reference = Reference { config, entries: Vec::new(), newest_ts: None };
+            for (id, ts, partition, offset, dim) in events {
+                let entry = Entry {
+                    source: Some(SourcePos { partition, offset }),
+                    ..dense(&format!("e{id}"), ts, &vec![0.5; dim])
+                };
+                proptest::prop_assert_eq!(w.insert(entry.clone()), reference.insert(entry));
+                proptest::prop_assert!(w.iter().eq(reference.entries.iter()));
+                proptest::prop_assert_eq!(w.bytes(), reference.entries.iter().map(Entry::bytes).sum::<usize>());
+                let mut want = BTreeMap::new();
+                for s in reference.entries.iter().filter_map(|e| e.source) {
+                    let o = want.entry(s.partition).or_insert(s.offset);
+                    *o = (*o).min(s.offset);
+                }
+                proptest::prop_assert_eq!(w.oldest_offset_per_partition(), want);
+            }
+        }
+    }
 }
