@@ -290,7 +290,7 @@ struct TimeIndex {
 
 impl TimeIndex {
     fn insert(&mut self, key: (i64, u64)) {
-        if self.in_order.back().is_none_or(|&newest| newest <= key) {
+        if self.in_order.back().map_or(true, |&newest| newest <= key) {
             self.in_order.push_back(key);
         } else {
             self.late.insert(key);
