@@ -32,7 +32,7 @@ use crate::config::{AlgorithmName, Config, KernelName, OobRuleName, ScaleName, T
 use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
-use crate::engine::scoring::{score_batch, ScoreOutput};
+use crate::engine::scoring::{score_one, ScoreOutput};
 use crate::engine::store::{ModelMeta, ModelStore, StoreError, StoredModel};
 use crate::engine::window::{in_calibration, Entry, InsertOutcome, Window, WindowConfig};
 use crate::learn::calibrate::{
@@ -463,19 +463,17 @@ impl Engine {
             return Ok(());
         };
         let started = std::time::Instant::now();
-        match score_batch(&model, &[event], None) {
+        match score_one(&model, event) {
             Ok(out) => {
                 self.metrics
                     .scoring_latency
                     .observe(started.elapsed().as_secs_f64());
-                for o in &out {
-                    self.recent_flags.push(o.flagged == Some(true));
-                }
+                self.recent_flags.push(out.flagged == Some(true));
                 self.count(Channel::Unlabeled, "scored");
                 self.metrics
                     .model_age
                     .set((event.ts - model.meta.trained_at_ms) as f64 / 1000.0);
-                self.emit(&out, origin)?;
+                self.emit(std::slice::from_ref(&out), origin)?;
                 self.publish_rates(&model);
             }
             // The dimension is locked to the model's, so this is unreachable in practice;
@@ -493,8 +491,8 @@ impl Engine {
         let Some(model) = self.registry.active() else {
             return;
         };
-        if let Ok(out) = score_batch(&model, &[event], None) {
-            self.feedback.push(out[0].flagged == Some(true));
+        if let Ok(out) = score_one(&model, event) {
+            self.feedback.push(out.flagged == Some(true));
             let flagged = self.feedback.flagged;
             self.metrics
                 .fpr_observed_negatives

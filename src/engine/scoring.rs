@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::engine::store::StoredModel;
+use crate::learn::threshold::ThresholdResult;
 use crate::learn::Scorer;
 use crate::stream::event::{features_to_rows, Event};
+use crate::stream::Features;
 
 /// Whether an event got a score.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,20 +109,54 @@ pub fn score_batch(
         .iter()
         .zip(scores)
         .enumerate()
-        .map(|(i, (e, score))| ScoreOutput {
-            id: e.id.clone(),
-            ts: match ts_given {
-                Some(given) if !given.get(i).copied().unwrap_or(true) => None,
-                _ => Some(e.ts),
-            },
-            score: Some(score),
-            flagged: Some(threshold.is_positive(score)),
-            threshold: Some(threshold.threshold),
-            model_version: Some(model.meta.version),
-            status: ScoreStatus::Scored,
-            meta: e.meta.clone(),
+        .map(|(i, (e, score))| {
+            let ts_given = ts_given.map_or(true, |given| given.get(i).copied().unwrap_or(true));
+            scored(model, threshold, e, score, ts_given)
         })
         .collect())
+}
+
+/// [`score_batch`] of one event, the same output; a dense event is scored without stacking
+/// it into rows ([`crate::learn::model::Model::score_dense_row`]).
+pub fn score_one(model: &StoredModel, event: &Event) -> Result<ScoreOutput, ScoringError> {
+    let Features::Dense(x) = &event.x else {
+        let mut out = score_batch(model, &[event], None)?;
+        return out
+            .pop()
+            .ok_or(ScoringError::Rows("no output for one event".into()));
+    };
+    let expected = model.model.n_features();
+    if x.len() != expected {
+        return Err(ScoringError::Dimension {
+            id: event.id.clone(),
+            found: x.len(),
+            expected,
+        });
+    }
+    let threshold = model.model.threshold().ok_or(ScoringError::NoThreshold {
+        version: model.meta.version,
+    })?;
+    let score = model.model.score_dense_row(x);
+    Ok(scored(model, threshold, event, score, true))
+}
+
+fn scored(
+    model: &StoredModel,
+    threshold: &ThresholdResult,
+    event: &Event,
+    score: f64,
+    ts_given: bool,
+) -> ScoreOutput {
+    ScoreOutput {
+        id: event.id.clone(),
+        ts: ts_given.then_some(event.ts),
+        score: Some(score),
+        flagged: Some(threshold.is_positive(score)),
+        threshold: Some(threshold.threshold),
+        model_version: Some(model.meta.version),
+        status: ScoreStatus::Scored,
+        meta: event.meta.clone(),
+    }
 }
 
 #[cfg(test)]
@@ -139,6 +175,10 @@ mod tests {
     use crate::stream::event::Features;
 
     fn model(threshold: f64) -> StoredModel {
+        model_with(threshold, Kernel::Linear, ScaleKind::None)
+    }
+
+    fn model_with(threshold: f64, kernel: Kernel, scale: ScaleKind) -> StoredModel {
         let data = Dataset {
             rows: Rows::dense(array![
                 [1.0, 0.0],
@@ -156,7 +196,7 @@ mod tests {
             ],
             ids: (0..5).map(|i| i.to_string()).collect(),
         };
-        let fit = UsmoParams::new(0.3, 0.1, Kernel::Linear)
+        let fit = UsmoParams::new(0.3, 0.1, kernel)
             .check()
             .expect("valid")
             .fit(&data, &AtomicBool::new(false))
@@ -170,7 +210,7 @@ mod tests {
                 window_sizes: [2, 3, 0],
             },
             model: Model::Usmo(UsmoEntry {
-                scaler: Scaler::fit(ScaleKind::None, &data.rows),
+                scaler: Scaler::fit(scale, &data.rows),
                 fit,
                 tol: 1e-3,
                 fingerprint: Fingerprint::of(&data),
@@ -196,6 +236,51 @@ mod tests {
             ts: 5,
             x,
             meta: None,
+        }
+    }
+
+    #[test]
+    fn one_event_scores_as_a_batch_of_one() {
+        let kernels = [Kernel::Linear, Kernel::Rbf { gamma: 0.7 }];
+        for (kernel, scale) in kernels
+            .into_iter()
+            .zip([ScaleKind::Standard, ScaleKind::MinMax])
+        {
+            let m = model_with(0.05, kernel, scale);
+            for (k, x) in [[0.9, 0.0], [0.0, 1.0], [-3.5, 2.25], [0.45, 0.45]]
+                .iter()
+                .enumerate()
+            {
+                let e = event(&format!("e{k}"), Features::Dense(x.to_vec()));
+                let one = score_one(&m, &e).expect("scored");
+                let batch = score_batch(&m, &[&e], None).expect("scored");
+                assert_eq!(one, batch[0], "{kernel:?} {x:?}");
+                assert_eq!(
+                    one.score.map(f64::to_bits),
+                    batch[0].score.map(f64::to_bits)
+                );
+            }
+            let sparse = event(
+                "s",
+                Features::Sparse {
+                    dim: 2,
+                    indices: vec![1],
+                    values: vec![0.5],
+                },
+            );
+            assert_eq!(
+                score_one(&m, &sparse),
+                score_batch(&m, &[&sparse], None).map(|mut o| o.remove(0))
+            );
+            let wide = event("w", Features::Dense(vec![0.0; 3]));
+            assert_eq!(
+                score_one(&m, &wide),
+                Err(ScoringError::Dimension {
+                    id: "w".into(),
+                    found: 3,
+                    expected: 2
+                })
+            );
         }
     }
 

@@ -10,7 +10,7 @@ use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, CodecError};
-use crate::data::{Dataset, Label, Rows, Scaler};
+use crate::data::{Dataset, Label, RowRef, Rows, Scaler};
 use crate::learn::kernel::KernelExpansion;
 use crate::learn::tfpl::TfplModel;
 use crate::learn::threshold::ThresholdResult;
@@ -158,6 +158,29 @@ const SCORE_BLOCK: usize = 256;
 
 thread_local! {
     static SCALED: RefCell<Array2<f64>> = RefCell::new(Array2::zeros((0, 0)));
+}
+
+impl Model {
+    /// The score of one dense row, bit for bit what [`Scorer::score_batch`] gives it in a batch
+    /// of one, without stacking it into rows first (the daemon scores events one at a time).
+    ///
+    /// # Panics
+    /// If `x.len()` is not [`Scorer::n_features`] (a caller bug).
+    pub fn score_dense_row(&self, x: &[f64]) -> f64 {
+        assert_eq!(x.len(), self.n_features(), "feature count");
+        let mut out = [0.0];
+        SCALED.with(|cell| {
+            let mut block = cell.borrow_mut();
+            if block.dim() != (SCORE_BLOCK, self.n_features()) {
+                *block = Array2::zeros((SCORE_BLOCK, self.n_features()));
+            }
+            let mut part = block.slice_mut(ndarray::s![..1, ..]);
+            let row = part.as_slice_mut().expect("standard layout");
+            self.scaler().transform_row_into(RowRef::Dense(x), row);
+            self.expansion().decision_dense(part.view(), &mut out);
+        });
+        out[0]
+    }
 }
 
 impl Scorer for Model {
