@@ -56,13 +56,25 @@ impl ScoreOutput {
     /// One JSON line (no trailing newline). Serialising plain data cannot fail; if it ever
     /// did, the line still names the event.
     pub fn to_json_line(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|e| {
-            format!(
-                "{{\"id\":{},\"status\":\"unscored\",\"error\":{}}}",
-                Value::String(self.id.clone()),
-                Value::String(e.to_string())
-            )
-        })
+        serde_json::to_string(self).unwrap_or_else(|e| self.error_line(&e))
+    }
+
+    /// [`ScoreOutput::to_json_line`] appended to `out` (a reused buffer: no allocation per
+    /// score once it has grown).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        if let Err(e) = serde_json::to_writer(&mut *out, self) {
+            out.truncate(start);
+            out.extend_from_slice(self.error_line(&e).as_bytes());
+        }
+    }
+
+    fn error_line(&self, e: &serde_json::Error) -> String {
+        format!(
+            "{{\"id\":{},\"status\":\"unscored\",\"error\":{}}}",
+            Value::String(self.id.clone()),
+            Value::String(e.to_string())
+        )
     }
 }
 
