@@ -251,6 +251,18 @@ mod tests {
         }
     }
 
+    /// A two-feature event with one stored value.
+    fn sparse_event(id: &str, index: u32, value: f64) -> Event {
+        event(
+            id,
+            Features::Sparse {
+                dim: 2,
+                indices: vec![index],
+                values: vec![value],
+            },
+        )
+    }
+
     #[test]
     fn one_event_scores_as_a_batch_of_one() {
         let kernels = [Kernel::Linear, Kernel::Rbf { gamma: 0.7 }];
@@ -272,14 +284,7 @@ mod tests {
                     batch[0].score.map(f64::to_bits)
                 );
             }
-            let sparse = event(
-                "s",
-                Features::Sparse {
-                    dim: 2,
-                    indices: vec![1],
-                    values: vec![0.5],
-                },
-            );
+            let sparse = sparse_event("s", 1, 0.5);
             assert_eq!(
                 score_one(&m, &sparse),
                 score_batch(&m, &[&sparse], None).map(|mut o| o.remove(0))
@@ -300,14 +305,7 @@ mod tests {
     fn dense_and_sparse_events_score_alike_and_carry_the_version() {
         let m = model(0.0);
         let dense = event("d", Features::Dense(vec![0.9, 0.0]));
-        let sparse = event(
-            "s",
-            Features::Sparse {
-                dim: 2,
-                indices: vec![0],
-                values: vec![0.9],
-            },
-        );
+        let sparse = sparse_event("s", 0, 0.9);
         let far = event("f", Features::Dense(vec![0.0, 1.0]));
         let out =
             score_batch(&m, &[&dense, &sparse, &far], Some(&[true, false, true])).expect("scored");
