@@ -11,9 +11,10 @@
 //! still holds ([`Window::oldest_offset_per_partition`]).
 //!
 //! Orders are deterministic: the snapshot and iteration follow insertion order; evictions come
-//! out oldest first. The id index is a hash map used for lookups only, never iterated.
+//! out oldest first. The id index is a hash table used for lookups only, never iterated.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::hash::BuildHasher;
 
 use crate::data::Rows;
 use crate::stream::event::features_to_rows;
@@ -109,15 +110,29 @@ pub struct Snapshot {
     pub rows: Rows,
 }
 
+/// A stored event with its insertion sequence number and the hash of its id.
 #[derive(Debug, Clone)]
-pub struct Window {
+struct Slot {
+    seq: u64,
+    id_hash: u64,
+    entry: Entry,
+}
+
+/// `S` hashes ids; the default is seeded per process (ids come from producers), and foldhash
+/// costs a fraction of SipHash per event (measured in `bench kafka`).
+#[derive(Debug, Clone)]
+pub struct Window<S = foldhash::fast::RandomState> {
     config: WindowConfig,
-    /// (insertion sequence number, entry), in insertion order: evictions by count and bytes
-    /// pop the front; only an age eviction out of insertion order removes from the middle.
-    entries: VecDeque<(u64, Entry)>,
-    /// Ids come from producers, so the hasher is seeded per process (foldhash: a fraction of
-    /// SipHash's cost per event, measured in `bench kafka`).
-    by_id: foldhash::HashMap<String, u64>,
+    /// In insertion order: evictions by count and bytes pop the front; only an age eviction
+    /// out of insertion order removes from the middle.
+    entries: VecDeque<Slot>,
+    /// The id index: (id hash, sequence number) of every stored event. It holds no copy of
+    /// the id: a lookup compares hashes and reads the id from `entries` only when they match
+    /// (a duplicate, or a 64-bit collision), and an eviction finds its row by the stored hash
+    /// without reading the evicted id. A map from id strings cost a copy of every id and three
+    /// probes per event, most of them cache misses on a full window.
+    by_id: hashbrown::HashTable<(u64, u64)>,
+    hasher: S,
     by_ts: TimeIndex,
     next_seq: u64,
     newest_ts: Option<i64>,
@@ -126,6 +141,13 @@ pub struct Window {
 
 impl Window {
     pub fn new(config: WindowConfig) -> Result<Window, WindowError> {
+        Window::with_hasher(config, foldhash::fast::RandomState::default())
+    }
+}
+
+impl<S: BuildHasher> Window<S> {
+    /// A window whose ids are hashed by `hasher`.
+    pub fn with_hasher(config: WindowConfig, hasher: S) -> Result<Window<S>, WindowError> {
         if config.max_events == 0 {
             return Err(WindowError::Config("max_events must be at least 1".into()));
         }
@@ -137,7 +159,8 @@ impl Window {
         Ok(Window {
             config,
             entries: VecDeque::new(),
-            by_id: foldhash::HashMap::default(),
+            by_id: hashbrown::HashTable::new(),
+            hasher,
             by_ts: TimeIndex::default(),
             next_seq: 0,
             newest_ts: None,
@@ -168,12 +191,26 @@ impl Window {
     }
 
     pub fn contains(&self, id: &str) -> bool {
-        self.by_id.contains_key(id)
+        self.stores(self.hasher.hash_one(id), id)
+    }
+
+    /// Whether an event with this id (whose hash is `id_hash`) is stored.
+    fn stores(&self, id_hash: u64, id: &str) -> bool {
+        self.by_id
+            .find(id_hash, |&(hash, seq)| {
+                hash == id_hash && self.slot(seq).is_some_and(|s| s.entry.id == id)
+            })
+            .is_some()
+    }
+
+    fn slot(&self, seq: u64) -> Option<&Slot> {
+        let at = search_from_ends(&self.entries, &seq, |s| s.seq).ok()?;
+        self.entries.get(at)
     }
 
     /// The stored events, oldest insertion first.
     pub fn iter(&self) -> impl Iterator<Item = &Entry> + Clone {
-        self.entries.iter().map(|(_, e)| e)
+        self.entries.iter().map(|s| &s.entry)
     }
 
     /// The oldest `ts` still allowed, given the newest seen.
@@ -184,7 +221,8 @@ impl Window {
     /// Adds an event unless its id is already stored, then applies the bounds: age first,
     /// then count, then bytes.
     pub fn insert(&mut self, entry: Entry) -> InsertOutcome {
-        if self.by_id.contains_key(&entry.id) {
+        let id_hash = self.hasher.hash_one(entry.id.as_str());
+        if self.stores(id_hash, &entry.id) {
             return InsertOutcome::Duplicate;
         }
         if self.cutoff().is_some_and(|c| entry.ts < c) {
@@ -197,10 +235,15 @@ impl Window {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.newest_ts = Some(self.newest_ts.map_or(entry.ts, |n| n.max(entry.ts)));
-        self.by_id.insert(entry.id.clone(), seq);
+        self.by_id
+            .insert_unique(id_hash, (id_hash, seq), |&(hash, _)| hash);
         self.by_ts.insert((entry.ts, seq));
         self.bytes += size;
-        self.entries.push_back((seq, entry));
+        self.entries.push_back(Slot {
+            seq,
+            id_hash,
+            entry,
+        });
 
         let mut evicted = Vec::new();
         if let Some(cutoff) = self.cutoff() {
@@ -212,12 +255,12 @@ impl Window {
             }
         }
         while self.entries.len() > self.config.max_events {
-            let oldest = self.entries.front().map(|(s, _)| *s);
+            let oldest = self.entries.front().map(|s| s.seq);
             evicted.extend(oldest.and_then(|s| self.remove(s, EvictReason::Count)));
         }
         if let Some(max) = self.config.max_bytes {
             while self.bytes > max {
-                let oldest = self.entries.front().map(|(s, _)| *s);
+                let oldest = self.entries.front().map(|s| s.seq);
                 match oldest.and_then(|s| self.remove(s, EvictReason::Bytes)) {
                     Some(e) => evicted.push(e),
                     None => break,
@@ -228,9 +271,14 @@ impl Window {
     }
 
     fn remove(&mut self, seq: u64, reason: EvictReason) -> Option<Evicted> {
-        let at = search_from_ends(&self.entries, &seq, |(s, _)| *s).ok()?;
-        let (_, entry) = self.entries.remove(at)?;
-        self.by_id.remove(&entry.id);
+        let at = search_from_ends(&self.entries, &seq, |s| s.seq).ok()?;
+        let Slot { id_hash, entry, .. } = self.entries.remove(at)?;
+        if let Ok(row) = self
+            .by_id
+            .find_entry(id_hash, |&(hash, s)| hash == id_hash && s == seq)
+        {
+            row.remove();
+        }
         self.by_ts.remove((entry.ts, seq));
         self.bytes -= entry.bytes();
         Some(Evicted { entry, reason })
@@ -633,33 +681,101 @@ mod tests {
         }
     }
 
+    /// Hashes every id alike, so that every lookup and removal in the id index goes through
+    /// the collision path (comparing ids, finding rows by sequence number).
+    #[derive(Default)]
+    struct SameHash;
+
+    impl std::hash::Hasher for SameHash {
+        fn finish(&self) -> u64 {
+            7
+        }
+        fn write(&mut self, _: &[u8]) {}
+    }
+
+    type Colliding = std::hash::BuildHasherDefault<SameHash>;
+
+    #[test]
+    fn ids_with_equal_hashes_are_told_apart() {
+        let mut w = Window::with_hasher(config(3, None, None), Colliding::default()).unwrap();
+        for id in ["a", "b", "c"] {
+            assert!(matches!(
+                w.insert(dense(id, 1, &[0.0])),
+                InsertOutcome::Added { .. }
+            ));
+        }
+        assert_eq!(w.insert(dense("b", 2, &[0.0])), InsertOutcome::Duplicate);
+        assert!(w.contains("a") && w.contains("c") && !w.contains("d"));
+        assert_eq!(
+            evicted_ids(&w.insert(dense("d", 2, &[0.0]))),
+            [("a".to_owned(), EvictReason::Count)]
+        );
+        assert!(!w.contains("a") && w.contains("b") && w.contains("d"));
+        assert!(matches!(
+            w.insert(dense("a", 3, &[0.0])),
+            InsertOutcome::Added { .. }
+        ));
+        assert_eq!(
+            w.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+            ["c", "d", "a"]
+        );
+    }
+
+    /// Feeds `events` to `w` and to the reference, comparing after each one.
+    fn matches_reference<S: BuildHasher>(
+        mut w: Window<S>,
+        events: Vec<(u8, i64, i32, i64, usize)>,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let mut reference = Reference {
+            config: *w.config(),
+            entries: Vec::new(),
+            newest_ts: None,
+        };
+        for (id, ts, partition, offset, dim) in events {
+            let entry = Entry {
+                source: Some(SourcePos { partition, offset }),
+                ..dense(&format!("e{id}"), ts, &vec![0.5; dim])
+            };
+            proptest::prop_assert_eq!(w.insert(entry.clone()), reference.insert(entry));
+            proptest::prop_assert!(w.iter().eq(reference.entries.iter()));
+            proptest::prop_assert_eq!(
+                w.bytes(),
+                reference.entries.iter().map(Entry::bytes).sum::<usize>()
+            );
+            for id in 0..30u8 {
+                let id = format!("e{id}");
+                proptest::prop_assert_eq!(
+                    w.contains(&id),
+                    reference.entries.iter().any(|e| e.id == id)
+                );
+            }
+            let mut want = BTreeMap::new();
+            for s in reference.entries.iter().filter_map(|e| e.source) {
+                let o = want.entry(s.partition).or_insert(s.offset);
+                *o = (*o).min(s.offset);
+            }
+            proptest::prop_assert_eq!(w.oldest_offset_per_partition(), want);
+        }
+        Ok(())
+    }
+
     proptest::proptest! {
         /// Any sequence of events (times and offsets in or out of order, duplicate ids) under
-        /// any bounds: the same outcomes, contents, bytes and watermarks as the reference.
+        /// any bounds, with the real id hash or one where every id collides: the same
+        /// outcomes, contents, ids, bytes and watermarks as the reference.
         #[test]
         fn window_matches_a_plain_list(
             max_events in 1usize..12,
             max_age_ms in proptest::option::of(0i64..40),
             max_bytes in proptest::option::of(300usize..2000),
             events in proptest::collection::vec((0u8..30, 0i64..100, 0i32..3, 0i64..50, 1usize..4), 1..120),
+            colliding in proptest::bool::ANY,
         ) {
             let config = config(max_events, max_age_ms, max_bytes);
-            let mut w = Window::new(config).unwrap();
-            let mut reference = Reference { config, entries: Vec::new(), newest_ts: None };
-            for (id, ts, partition, offset, dim) in events {
-                let entry = Entry {
-                    source: Some(SourcePos { partition, offset }),
-                    ..dense(&format!("e{id}"), ts, &vec![0.5; dim])
-                };
-                proptest::prop_assert_eq!(w.insert(entry.clone()), reference.insert(entry));
-                proptest::prop_assert!(w.iter().eq(reference.entries.iter()));
-                proptest::prop_assert_eq!(w.bytes(), reference.entries.iter().map(Entry::bytes).sum::<usize>());
-                let mut want = BTreeMap::new();
-                for s in reference.entries.iter().filter_map(|e| e.source) {
-                    let o = want.entry(s.partition).or_insert(s.offset);
-                    *o = (*o).min(s.offset);
-                }
-                proptest::prop_assert_eq!(w.oldest_offset_per_partition(), want);
+            if colliding {
+                matches_reference(Window::with_hasher(config, Colliding::default()).unwrap(), events)?;
+            } else {
+                matches_reference(Window::new(config).unwrap(), events)?;
             }
         }
     }
