@@ -16,17 +16,46 @@ use crate::learn::threshold::ThresholdResult;
 
 /// The channels an event can arrive on.
 pub const CHANNELS: [&str; 3] = ["positive", "unlabeled", "negative"];
-/// What happened to an arriving event.
-pub const EVENT_OUTCOMES: [&str; 8] = [
-    "windowed",
-    "restored",
-    "duplicate",
-    "expired",
-    "scored",
-    "buffered",
-    "unscored",
-    "rejected",
-];
+/// What happened to an arriving event: the `outcome` label of `neyman_events_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOutcome {
+    Windowed,
+    Restored,
+    Duplicate,
+    Expired,
+    Scored,
+    Buffered,
+    Unscored,
+    Rejected,
+}
+
+impl EventOutcome {
+    /// Every outcome, in label order (the engine keeps one counter per channel and outcome,
+    /// indexed by this order, so counting an event is an array lookup).
+    pub const ALL: [EventOutcome; 8] = [
+        EventOutcome::Windowed,
+        EventOutcome::Restored,
+        EventOutcome::Duplicate,
+        EventOutcome::Expired,
+        EventOutcome::Scored,
+        EventOutcome::Buffered,
+        EventOutcome::Unscored,
+        EventOutcome::Rejected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventOutcome::Windowed => "windowed",
+            EventOutcome::Restored => "restored",
+            EventOutcome::Duplicate => "duplicate",
+            EventOutcome::Expired => "expired",
+            EventOutcome::Scored => "scored",
+            EventOutcome::Buffered => "buffered",
+            EventOutcome::Unscored => "unscored",
+            EventOutcome::Rejected => "rejected",
+        }
+    }
+}
 /// How a due retrain ended.
 pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
 
@@ -186,8 +215,8 @@ impl Metrics {
             )?,
         )?;
         for channel in CHANNELS {
-            for outcome in EVENT_OUTCOMES {
-                events.with_label_values(&[channel, outcome]);
+            for outcome in EventOutcome::ALL {
+                events.with_label_values(&[channel, outcome.as_str()]);
             }
         }
         let window_events = register(

@@ -56,7 +56,7 @@ use crate::engine::store::StoredModel;
 use crate::stream::dlq::DlqRecord;
 use crate::stream::kafka::{
     consumer_config, headers_of, input_topics, model_producer_config, model_reader_config,
-    producer_config, record_without_headers, ConsumerRole,
+    producer_config, read_without_headers, ConsumerRole,
 };
 use crate::stream::offsets::{InputPartition, OffsetBook};
 use crate::stream::record::Record;
@@ -167,10 +167,15 @@ impl Outgoing {
     }
 }
 
-/// What the producer's delivery callback reports to the loop.
+/// What the producer's delivery callback reports to the loop. A failure is boxed: every
+/// acknowledgement passes through the channel, and its slots are as large as the largest
+/// variant.
 enum Delivery {
     Acknowledged((InputPartition, i64)),
-    Failed { error: String, message: Outgoing },
+    Failed {
+        error: String,
+        message: Box<Outgoing>,
+    },
 }
 
 /// Producer context: delivery reports go to the loop through a channel.
@@ -192,7 +197,7 @@ impl ProducerContext for DeliveryContext {
             Ok(_) => Delivery::Acknowledged(*hold),
             Err((e, message)) => Delivery::Failed {
                 error: e.to_string(),
-                message: Outgoing::from_message(message, *hold),
+                message: Box::new(Outgoing::from_message(message, *hold)),
             },
         };
         if let Ok(reports) = self.reports.lock() {
@@ -490,12 +495,12 @@ impl KafkaOutputs {
 }
 
 impl Outputs for KafkaOutputs {
-    fn score(&mut self, output: &ScoreOutput, origin: Option<Origin>) -> Result<(), OutputError> {
+    fn score(&mut self, output: ScoreOutput, origin: Option<Origin>) -> Result<(), OutputError> {
         let origin = origin.ok_or_else(|| {
             OutputError::Kafka(format!("score of {:?} has no input position", output.id))
         })?;
         let hold = ((origin.channel, origin.partition), origin.offset);
-        self.queue(hold, Produce::Score(output.clone(), origin));
+        self.queue(hold, Produce::Score(output, origin));
         Ok(())
     }
 
@@ -948,8 +953,14 @@ struct Loop {
 }
 
 impl Loop {
+    /// A scan, not a hash lookup: at most three topics, asked once per message.
     fn channel_of(&self, topic: &str) -> Option<Channel> {
-        self.clients.topics.inputs.get(topic).copied()
+        self.clients
+            .topics
+            .inputs
+            .iter()
+            .find(|(t, _)| t.as_str() == topic)
+            .map(|(_, c)| *c)
     }
 
     fn apply_group_changes(&mut self) -> Result<(), KafkaRunError> {
@@ -1077,7 +1088,7 @@ impl Loop {
                     let f = failed.entry(message.topic.to_string()).or_default();
                     f.0 += 1;
                     f.1 = error;
-                    outbox.batch.push(Produce::Resend(message));
+                    outbox.batch.push(Produce::Resend(*message));
                 }
             }
         }
@@ -1318,6 +1329,8 @@ pub fn run(
     let mut committer = Committer::start(Arc::clone(&lp.clients.consumer))
         .map_err(|e| KafkaRunError::Thread("commit", e))?;
     let mut last_commit = Instant::now();
+    // Every message is read into this one record (its buffers reused).
+    let mut record = Record::new(Channel::Unlabeled, 0, None, Vec::new());
     while !stop.load(Ordering::SeqCst) {
         lp.drain_deliveries()?;
         if let Some(result) = trainer.as_ref().and_then(Trainer::poll) {
@@ -1357,7 +1370,7 @@ pub fn run(
             lp.apply_group_changes()?;
             let Some(message) = message else { break };
             if let Some(channel) = lp.channel_of(message.topic()) {
-                let (record, _) = record_without_headers(&message, channel);
+                read_without_headers(&mut record, &message, channel);
                 lp.handle(&mut engine, &record, || headers_of(&message).0)?;
             }
         }

@@ -31,7 +31,8 @@ pub struct Origin {
 /// A sink for the engine's outputs.
 pub trait Outputs: Send {
     /// One event's score (or unscored output), answering the message at `origin` if any.
-    fn score(&mut self, output: &ScoreOutput, origin: Option<Origin>) -> Result<(), OutputError>;
+    /// Owned: a sink that sends it later (Kafka's produce thread) keeps it without a copy.
+    fn score(&mut self, output: ScoreOutput, origin: Option<Origin>) -> Result<(), OutputError>;
     /// One rejected message; its position is in `letter.record`.
     fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError>;
     /// Pushes buffered outputs out (files: to the OS; Kafka: nothing to wait for here).
@@ -51,7 +52,7 @@ impl FileOutputs {
 }
 
 impl Outputs for FileOutputs {
-    fn score(&mut self, output: &ScoreOutput, _origin: Option<Origin>) -> Result<(), OutputError> {
+    fn score(&mut self, output: ScoreOutput, _origin: Option<Origin>) -> Result<(), OutputError> {
         writeln!(self.scores, "{}", output.to_json_line()).map_err(OutputError::Scores)
     }
 

@@ -412,7 +412,8 @@ pub struct Lossy {
 /// values as text (bytes that are not UTF-8 replaced, and counted in [`Lossy`]), the message
 /// timestamp or, without one, the time it was received.
 pub fn record_of(message: &impl Message, channel: Channel) -> (Record, Lossy) {
-    let (mut record, key_lossy) = record_without_headers(message, channel);
+    let mut record = Record::new(channel, 0, None, Vec::new());
+    let key_lossy = read_without_headers(&mut record, message, channel);
     let (headers, lossy_headers) = headers_of(message);
     record.headers = headers;
     let lossy = Lossy {
@@ -422,25 +423,37 @@ pub fn record_of(message: &impl Message, channel: Channel) -> (Record, Lossy) {
     (record, lossy)
 }
 
-/// [`record_of`] without the headers (empty), and whether the key was not UTF-8. librdkafka
-/// parses a consumed message's headers on first access, at a cost comparable to the rest of
-/// the conversion; the daemon reads them with [`headers_of`] only for a dead letter.
-pub fn record_without_headers(message: &impl Message, channel: Channel) -> (Record, bool) {
+/// [`record_of`] without the headers (left empty), written over `record` so that its key and
+/// payload buffers are reused (the poll loop reads every message through one record); returns
+/// whether the key was not UTF-8. librdkafka parses a consumed message's headers on first
+/// access, at a cost comparable to the rest of the conversion; the daemon reads them with
+/// [`headers_of`] only for a dead letter.
+pub fn read_without_headers(record: &mut Record, message: &impl Message, channel: Channel) -> bool {
     let mut lossy_key = false;
-    let key = message.key().map(|bytes| {
-        lossy_key = std::str::from_utf8(bytes).is_err();
-        String::from_utf8_lossy(bytes).into_owned()
-    });
-    let record = Record {
-        channel,
-        ts: message.timestamp().to_millis().unwrap_or_else(now_ms),
-        key,
-        payload: message.payload().unwrap_or_default().to_vec(),
-        partition: Some(message.partition()),
-        offset: Some(message.offset()),
-        headers: Vec::new(),
-    };
-    (record, lossy_key)
+    match message.key() {
+        Some(bytes) => {
+            let key = record.key.get_or_insert_with(String::new);
+            key.clear();
+            match std::str::from_utf8(bytes) {
+                Ok(text) => key.push_str(text),
+                Err(_) => {
+                    lossy_key = true;
+                    key.push_str(&String::from_utf8_lossy(bytes));
+                }
+            }
+        }
+        None => record.key = None,
+    }
+    record.channel = channel;
+    record.ts = message.timestamp().to_millis().unwrap_or_else(now_ms);
+    record.payload.clear();
+    record
+        .payload
+        .extend_from_slice(message.payload().unwrap_or_default());
+    record.partition = Some(message.partition());
+    record.offset = Some(message.offset());
+    record.headers.clear();
+    lossy_key
 }
 
 /// A message's headers as text, and how many values were not UTF-8.
