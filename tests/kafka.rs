@@ -379,6 +379,8 @@ fn bench_kafka_reports_every_phase_with_consistent_figures() {
             &config,
             "--events",
             "3000",
+            "--rounds",
+            "2",
             "--paced-events",
             "400",
             "--rate",
@@ -414,6 +416,30 @@ fn bench_kafka_reports_every_phase_with_consistent_figures() {
     assert!((number("single_thread_bound_over_raw") - bound).abs() < 1e-9);
     assert!(0.0 < bound && bound < 1.0);
     assert_eq!(number("target_pipeline_over_raw"), 0.5);
+    // Each round's ratio is its own rates', and the pooled rates are all events over all the
+    // rounds' seconds.
+    let rounds = report["rounds"].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 2, "{report}");
+    let (mut raw_seconds, mut piped_seconds) = (0.0, 0.0);
+    let mut ratios = Vec::new();
+    for round in rounds {
+        let r = round["raw_loop_per_second"].as_f64().expect("raw");
+        let p = round["pipeline_per_second"].as_f64().expect("pipeline");
+        let ratio = round["pipeline_over_raw"].as_f64().expect("ratio");
+        assert!(r > 0.0 && p > 0.0, "{round}");
+        assert!((ratio - p / r).abs() < 1e-9 * (p / r), "{round}");
+        raw_seconds += 3000.0 / r;
+        piped_seconds += 3000.0 / p;
+        ratios.push(ratio);
+    }
+    assert!((raw - 6000.0 / raw_seconds).abs() < 1e-6 * raw, "{report}");
+    assert!(
+        (piped - 6000.0 / piped_seconds).abs() < 1e-6 * piped,
+        "{report}"
+    );
+    ratios.sort_by(f64::total_cmp);
+    // The median of two rounds is the upper one (the report's quantile rounds half up).
+    assert_eq!(number("median_round_pipeline_over_raw"), ratios[1]);
     let latency = &report["latency"];
     assert_eq!(latency["events"], 400, "every paced event scored: {report}");
     let (p50, p99) = (

@@ -185,6 +185,11 @@ pub struct BenchKafkaArgs {
     /// Events for the throughput runs.
     #[arg(long, default_value_t = 200_000)]
     pub events: usize,
+    /// Throughput rounds: each runs the raw loop, then the pipeline, on the same events (fresh
+    /// consumer groups). Alternating them keeps a machine whose speed drifts from favouring
+    /// one side; the reported rates pool all rounds.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// Features per event (12 gives ~150-byte events).
     #[arg(long, default_value_t = 12)]
     pub dim: usize,

@@ -6,11 +6,16 @@
 //! 2. `--events` generated unlabeled events (~150 bytes, `--dim` features) are produced into a
 //!    fresh input topic (all topic and group names are unique to the run).
 //! 3. **consume only**: a consumer counts them.
-//! 4. **raw loop**: one thread consumes them, produces each payload unchanged to another topic
-//!    with the daemon's producer settings, and stores each offset after its delivery
-//!    (auto-commit of stored offsets).
-//! 5. **pipeline**: [`crate::engine::kafka::run`] consumes them (windows, scoring, scores with
-//!    headers, at-least-once commits), until every score is acknowledged.
+//! 4. `--rounds` times, alternately (fresh consumer groups each round):
+//!    - **raw loop**: one thread consumes them, produces each payload unchanged to another
+//!      topic with the daemon's producer settings, and stores each offset after its delivery
+//!      (auto-commit of stored offsets);
+//!    - **pipeline**: [`crate::engine::kafka::run`] consumes them (windows, scoring, scores
+//!      with headers, at-least-once commits), until every score is acknowledged.
+//!
+//!    The raw and pipeline rates pool the rounds (all events over all seconds), and each
+//!    round's pair is reported too: on a machine whose speed drifts (shared cores), one raw
+//!    run followed by one pipeline run compares two different machines half of the time.
 //! 6. **engine alone**: the same events through [`Engine::handle`] in-process, scores to a
 //!    sink: the work the pipeline adds to the raw loop's. Its time plus the raw loop's is what
 //!    one thread doing both needs, so `single_thread_bound_over_raw` = t_raw / (t_raw +
@@ -442,13 +447,14 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 pub fn kafka(args: &BenchKafkaArgs) -> Result<(), CliError> {
     if args.events == 0
+        || args.rounds == 0
         || args.paced_events == 0
         || args.dim == 0
         || args.rate.is_nan()
         || args.rate <= 0.0
     {
         return Err(CliError::Usage(
-            "--events, --paced-events, --dim and --rate must be positive".into(),
+            "--events, --rounds, --paced-events, --dim and --rate must be positive".into(),
         ));
     }
     let loaded = LoadedConfig::load(&args.config).map_err(|e| CliError::Usage(e.to_string()))?;
@@ -507,8 +513,18 @@ fn measure(
 
     let n = args.events;
     let consume = consume_only(&bulk, &bulk.topics.unlabeled, n)?;
-    let raw = raw_loop(&bulk, &bulk.topics.unlabeled, &raw_out.topics.unlabeled, n)?;
-    let piped = pipeline(config, &bulk, n, None)?;
+    let mut rounds = Vec::with_capacity(args.rounds);
+    for round in 0..args.rounds {
+        let mut k = bulk.clone();
+        k.group_id = format!("{}.round{round}", bulk.group_id);
+        let raw = raw_loop(&k, &k.topics.unlabeled, &raw_out.topics.unlabeled, n)?;
+        let piped = pipeline(config, &k, n, None)?;
+        rounds.push((raw, piped));
+    }
+    let raw = rounds.iter().map(|r| r.0).sum::<f64>() / args.rounds as f64;
+    let piped = rounds.iter().map(|r| r.1).sum::<f64>() / args.rounds as f64;
+    let mut round_ratios: Vec<f64> = rounds.iter().map(|(r, p)| r / p).collect();
+    round_ratios.sort_by(f64::total_cmp);
     let engine = engine_only(config, &payloads)?;
 
     let paced_payloads = generate(&mut rng, "p", args.paced_events);
@@ -535,6 +551,12 @@ fn measure(
         "pipeline_per_second": rate(piped),
         "pipeline_over_raw": raw / piped,
         "target_pipeline_over_raw": 0.5,
+        "rounds": rounds.iter().map(|(r, p)| json!({
+            "raw_loop_per_second": rate(*r),
+            "pipeline_per_second": rate(*p),
+            "pipeline_over_raw": r / p,
+        })).collect::<Vec<_>>(),
+        "median_round_pipeline_over_raw": quantile(&round_ratios, 0.5),
         "engine_only_per_second": rate(engine),
         "single_thread_bound_over_raw": raw / (raw + engine),
         "latency": {
@@ -548,11 +570,17 @@ fn measure(
     match args.report {
         Some(ReportFormat::Json) => println!("{report}"),
         None => println!(
-            "{n} events of {mean_bytes:.0} bytes\nconsume only: {:.0}/s\nraw loop (consume → produce → store offset): {:.0}/s\npipeline (consume → score → produce → commit): {:.0}/s = {:.2} × raw (target ≥ 0.5)\nengine alone (parse → score → window → serialise, no Kafka): {:.0}/s; one thread doing the raw loop's and the engine's work: ≤ {:.2} × raw\nlatency at {}/s: p50 {:.4}s, p99 {:.4}s over {} events",
+            "{n} events of {mean_bytes:.0} bytes\nconsume only: {:.0}/s\nraw loop (consume → produce → store offset): {:.0}/s\npipeline (consume → score → produce → commit): {:.0}/s = {:.2} × raw (target ≥ 0.5; {} rounds, per round {})\nengine alone (parse → score → window → serialise, no Kafka): {:.0}/s; one thread doing the raw loop's and the engine's work: ≤ {:.2} × raw\nlatency at {}/s: p50 {:.4}s, p99 {:.4}s over {} events",
             rate(consume),
             rate(raw),
             rate(piped),
             raw / piped,
+            args.rounds,
+            rounds
+                .iter()
+                .map(|(r, p)| format!("{:.2}", r / p))
+                .collect::<Vec<_>>()
+                .join(", "),
             rate(engine),
             raw / (raw + engine),
             args.rate,
