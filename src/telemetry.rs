@@ -149,7 +149,7 @@ pub struct Metrics {
     pub fpr_observed_p_value: Gauge,
     /// Flagged share of recently scored unlabeled events.
     pub flag_rate: Gauge,
-    /// Time to score one batch, per event.
+    /// Time to score one batch, per event (the stream path times one event in 16).
     pub scoring_latency: Histogram,
     /// HTTP requests by route and status code.
     pub http_requests: IntCounterVec,
@@ -396,7 +396,7 @@ impl Metrics {
                 Histogram::with_opts(
                     HistogramOpts::new(
                         "neyman_scoring_latency_seconds",
-                        "Scoring time per event (batch time divided by batch size).",
+                        "Scoring time per event (batch time divided by batch size; one stream event in 16 is timed).",
                     )
                     .buckets(vec![
                         1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1,
