@@ -221,7 +221,7 @@ fn finish_rate(seen: usize, n: usize, first: Option<Instant>) -> Result<f64, Cli
 
 /// Delivery reports of the raw loop: (partition, offset) of the input message.
 struct RawContext {
-    acked: std::sync::Mutex<mpsc::Sender<(i32, i64)>>,
+    acked: mpsc::Sender<(i32, i64)>,
 }
 
 impl ClientContext for RawContext {}
@@ -231,9 +231,7 @@ impl ProducerContext for RawContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, input: Box<(i32, i64)>) {
         if result.is_ok() {
-            if let Ok(tx) = self.acked.lock() {
-                let _ = tx.send(*input);
-            }
+            let _ = self.acked.send(*input);
         }
     }
 }
@@ -248,9 +246,7 @@ fn raw_loop(k: &KafkaConfig, input: &str, output: &str, n: usize) -> Result<f64,
     consumer.subscribe(&[input]).map_err(failed)?;
     let (tx, acks) = mpsc::channel();
     let producer: ThreadedProducer<RawContext> = producer_config(k)
-        .create_with_context(RawContext {
-            acked: std::sync::Mutex::new(tx),
-        })
+        .create_with_context(RawContext { acked: tx })
         .map_err(failed)?;
     let (mut acked, mut first) = (0usize, None);
     let deadline = Instant::now() + Duration::from_secs(600);

@@ -178,9 +178,10 @@ enum Delivery {
     },
 }
 
-/// Producer context: delivery reports go to the loop through a channel.
+/// Producer context: delivery reports go to the loop through a channel (a `Sender` is `Sync`:
+/// no lock per report).
 struct DeliveryContext {
-    reports: Mutex<mpsc::Sender<Delivery>>,
+    reports: mpsc::Sender<Delivery>,
 }
 
 impl ClientContext for DeliveryContext {
@@ -200,10 +201,8 @@ impl ProducerContext for DeliveryContext {
                 message: Box::new(Outgoing::from_message(message, *hold)),
             },
         };
-        if let Ok(reports) = self.reports.lock() {
-            // The loop is gone only after its final flush; nothing is waiting then.
-            let _ = reports.send(report);
-        }
+        // The loop is gone only after its final flush; nothing is waiting then.
+        let _ = self.reports.send(report);
     }
 }
 
@@ -895,9 +894,7 @@ pub fn connect(
     };
     let (reports, deliveries) = mpsc::channel();
     let producer: ThreadedProducer<DeliveryContext> =
-        producer_config(k).create_with_context(DeliveryContext {
-            reports: Mutex::new(reports),
-        })?;
+        producer_config(k).create_with_context(DeliveryContext { reports })?;
     let mut done_config: ClientConfig = consumer_config(k, ConsumerRole::Daemon);
     done_config.set("group.id", format!("{group}.done"));
     done_config.remove("group.instance.id");
@@ -1429,9 +1426,7 @@ mod tests {
         }
         let (reports, deliveries) = mpsc::channel();
         let producer = producer_config(&k)
-            .create_with_context(DeliveryContext {
-                reports: Mutex::new(reports),
-            })
+            .create_with_context(DeliveryContext { reports })
             .expect("producer");
         let producing = Producing::new(producer, Topics::of(&k));
         (producing, deliveries)
