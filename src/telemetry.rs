@@ -529,6 +529,19 @@ pub fn encode(registry: &Registry) -> Result<String, prometheus::Error> {
 mod tests {
     use super::*;
 
+    /// The engine indexes its counters by `outcome as usize`, so `ALL` must list the outcomes
+    /// in declaration order, each once.
+    #[test]
+    fn event_outcomes_are_listed_in_declaration_order() {
+        for (i, outcome) in EventOutcome::ALL.iter().enumerate() {
+            assert_eq!(*outcome as usize, i, "{outcome:?}");
+        }
+        let mut names: Vec<&str> = EventOutcome::ALL.iter().map(|o| o.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), EventOutcome::ALL.len());
+    }
+
     #[test]
     fn every_family_is_exposed_once_with_zeroed_known_labels() {
         let registry = Registry::new();

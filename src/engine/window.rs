@@ -203,9 +203,13 @@ impl<S: BuildHasher> Window<S> {
             .is_some()
     }
 
+    /// Where the event inserted as `seq` sits in `entries`.
+    fn position(&self, seq: u64) -> Option<usize> {
+        search_from_ends(&self.entries, &seq, |s| s.seq).ok()
+    }
+
     fn slot(&self, seq: u64) -> Option<&Slot> {
-        let at = search_from_ends(&self.entries, &seq, |s| s.seq).ok()?;
-        self.entries.get(at)
+        self.entries.get(self.position(seq)?)
     }
 
     /// The stored events, oldest insertion first.
@@ -271,7 +275,7 @@ impl<S: BuildHasher> Window<S> {
     }
 
     fn remove(&mut self, seq: u64, reason: EvictReason) -> Option<Evicted> {
-        let at = search_from_ends(&self.entries, &seq, |s| s.seq).ok()?;
+        let at = self.position(seq)?;
         let Slot { id_hash, entry, .. } = self.entries.remove(at)?;
         if let Ok(row) = self
             .by_id
