@@ -8,7 +8,7 @@
 //! pre-model buffer was full). `ts` is null only for HTTP events sent without one; `meta` is the
 //! event's, passed through, or null.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::engine::store::StoredModel;
@@ -53,19 +53,62 @@ impl ScoreOutput {
         }
     }
 
-    /// One JSON line (no trailing newline). Serialising plain data cannot fail; if it ever
-    /// did, the line still names the event.
+    /// One JSON line (no trailing newline): [`ScoreOutput::write_json`].
     pub fn to_json_line(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|e| self.error_line(&e))
+        let mut out = Vec::with_capacity(160);
+        self.write_json(&mut out);
+        // Only UTF-8 is written; the lossy path is never taken.
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 
-    /// [`ScoreOutput::to_json_line`] appended to `out` (a reused buffer: no allocation per
-    /// score once it has grown).
+    /// The score object appended to `out` (a reused buffer: no allocation per score once it
+    /// has grown): exactly the bytes serde's derived serialiser writes (a property test
+    /// holds them equal), written field by field. The derived serialiser spent most of its
+    /// time escaping the eight constant keys; this is a tenth of the Kafka producer thread's
+    /// work per score. Serialising plain data cannot fail; if `meta` ever did, the line still
+    /// names the event.
     pub fn write_json(&self, out: &mut Vec<u8>) {
         let start = out.len();
-        if let Err(e) = serde_json::to_writer(&mut *out, self) {
-            out.truncate(start);
-            out.extend_from_slice(self.error_line(&e).as_bytes());
+        out.extend_from_slice(b"{\"id\":");
+        write_json_str(out, &self.id);
+        out.extend_from_slice(b",\"ts\":");
+        match self.ts {
+            Some(ts) => out.extend_from_slice(itoa::Buffer::new().format(ts).as_bytes()),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"score\":");
+        write_json_f64(out, self.score);
+        out.extend_from_slice(b",\"flagged\":");
+        out.extend_from_slice(match self.flagged {
+            Some(true) => b"true",
+            Some(false) => b"false",
+            None => b"null",
+        });
+        out.extend_from_slice(b",\"threshold\":");
+        write_json_f64(out, self.threshold);
+        out.extend_from_slice(b",\"model_version\":");
+        match self.model_version {
+            Some(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(match self.status {
+            ScoreStatus::Scored => b",\"status\":\"scored\",\"meta\":",
+            ScoreStatus::Unscored => b",\"status\":\"unscored\",\"meta\":",
+        });
+        let meta = match &self.meta {
+            Some(meta) => serde_json::to_writer(&mut *out, meta),
+            None => {
+                out.extend_from_slice(b"null");
+                Ok(())
+            }
+        };
+        match meta {
+            Ok(()) => out.push(b'}'),
+            Err(e) => {
+                out.truncate(start);
+                out.extend_from_slice(self.error_line(&e).as_bytes());
+            }
         }
     }
 
@@ -75,6 +118,33 @@ impl ScoreOutput {
             Value::String(self.id.clone()),
             Value::String(e.to_string())
         )
+    }
+}
+
+/// A JSON string as serde_json writes it: ids rarely hold a character it escapes (`"`, `\\`,
+/// control characters), so they are copied as they are, and serde_json escapes the others.
+fn write_json_str(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        let mut serializer = serde_json::Serializer::new(&mut *out);
+        // Writing a string to a vector cannot fail.
+        let _ = serializer.serialize_str(s);
+    }
+}
+
+/// A number as serde_json writes an `Option<f64>`: null when absent or not finite, else
+/// serde_json's own shortest round-trip form.
+fn write_json_f64(out: &mut Vec<u8>, value: Option<f64>) {
+    match value {
+        Some(v) if v.is_finite() => {
+            use serde_json::ser::Formatter;
+            // Writing to a vector cannot fail.
+            let _ = serde_json::ser::CompactFormatter.write_f64(&mut *out, v);
+        }
+        _ => out.extend_from_slice(b"null"),
     }
 }
 
@@ -344,5 +414,53 @@ mod tests {
         let v: Value = serde_json::from_str(&u.to_json_line()).expect("json");
         assert_eq!(v["status"], "unscored");
         assert!(v["score"].is_null() && v["model_version"].is_null());
+    }
+
+    fn meta_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<String>().prop_map(Value::String),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The hand-written score object is byte for byte what serde's derived serialiser
+        /// writes, for any id (quotes, backslashes, control and non-ASCII characters), any
+        /// number (non-finite ones are null) and any meta.
+        #[test]
+        fn write_json_is_serdes_output(
+            id in proptest::prop_oneof![
+                proptest::prelude::any::<String>(),
+                "[\\x00-\\x1f\\x7f\"\\\\/aé😀-]{0,8}",
+            ],
+            ts in proptest::option::of(proptest::prelude::any::<i64>()),
+            score in proptest::option::of(proptest::num::f64::ANY),
+            flagged in proptest::option::of(proptest::bool::ANY),
+            threshold in proptest::option::of(proptest::num::f64::ANY),
+            model_version in proptest::option::of(proptest::prelude::any::<u64>()),
+            scored in proptest::bool::ANY,
+            meta in proptest::option::of(proptest::collection::btree_map(
+                proptest::prelude::any::<String>(), meta_value(), 0..4)),
+        ) {
+            let output = ScoreOutput {
+                id,
+                ts,
+                score,
+                flagged,
+                threshold,
+                model_version,
+                status: if scored { ScoreStatus::Scored } else { ScoreStatus::Unscored },
+                meta: meta.map(|m| m.into_iter().collect()),
+            };
+            let mut written = b"prefix".to_vec();
+            output.write_json(&mut written);
+            let want = serde_json::to_vec(&output).expect("serde");
+            proptest::prop_assert_eq!(&written[6..], &want[..]);
+            proptest::prop_assert_eq!(output.to_json_line().into_bytes(), want);
+        }
     }
 }

@@ -110,11 +110,10 @@ pub struct Snapshot {
     pub rows: Rows,
 }
 
-/// A stored event with its insertion sequence number and the hash of its id.
+/// A stored event with its insertion sequence number.
 #[derive(Debug, Clone)]
 struct Slot {
     seq: u64,
-    id_hash: u64,
     entry: Entry,
 }
 
@@ -126,12 +125,19 @@ pub struct Window<S = foldhash::fast::RandomState> {
     /// In insertion order: evictions by count and bytes pop the front; only an age eviction
     /// out of insertion order removes from the middle.
     entries: VecDeque<Slot>,
-    /// The id index: (id hash, sequence number) of every stored event. It holds no copy of
-    /// the id: a lookup compares hashes and reads the id from `entries` only when they match
-    /// (a duplicate, or a 64-bit collision), and an eviction finds its row by the stored hash
-    /// without reading the evicted id. A map from id strings cost a copy of every id and three
-    /// probes per event, most of them cache misses on a full window.
+    /// The id index: (id hash, sequence number) of every stored event, and of some evicted
+    /// ones. It holds no copy of the id: a lookup compares hashes and reads the id from
+    /// `entries` only when they match (a duplicate, or a 64-bit collision). An eviction leaves
+    /// its row behind (finding it was a cache miss per event on a full window); a row counts
+    /// only while its event is stored ([`Window::stored_seq`]), and [`Window::sweep`] drops
+    /// the dead rows once they are as many as the live ones, so the index stays within
+    /// twice the window. A map from id strings cost a copy of every id and three probes per
+    /// event.
     by_id: hashbrown::HashTable<(u64, u64)>,
+    /// Sequence numbers at or after the front of `entries` that were removed from its middle
+    /// (an age eviction out of insertion order): with the front, they say which rows are
+    /// dead. Usually empty; emptied of what the front has passed by [`Window::sweep`].
+    removed_inside: hashbrown::HashSet<u64>,
     hasher: S,
     by_ts: TimeIndex,
     next_seq: u64,
@@ -160,6 +166,7 @@ impl<S: BuildHasher> Window<S> {
             config,
             entries: VecDeque::new(),
             by_id: hashbrown::HashTable::new(),
+            removed_inside: hashbrown::HashSet::new(),
             hasher,
             by_ts: TimeIndex::default(),
             next_seq: 0,
@@ -198,9 +205,32 @@ impl<S: BuildHasher> Window<S> {
     fn stores(&self, id_hash: u64, id: &str) -> bool {
         self.by_id
             .find(id_hash, |&(hash, seq)| {
-                hash == id_hash && self.slot(seq).is_some_and(|s| s.entry.id == id)
+                hash == id_hash
+                    && self.stored_seq(seq)
+                    && self.slot(seq).is_some_and(|s| s.entry.id == id)
             })
             .is_some()
+    }
+
+    /// Whether the event inserted as `seq` is still stored (its index row is live), in O(1):
+    /// `entries` is in sequence order, so everything before its front has left, and what left
+    /// from behind the front is in `removed_inside`.
+    fn stored_seq(&self, seq: u64) -> bool {
+        self.entries.front().is_some_and(|f| f.seq <= seq) && !self.removed_inside.contains(&seq)
+    }
+
+    /// Drops the index rows of evicted events once they are as many as the stored ones (plus
+    /// a slack, so a small window does not sweep on every eviction): one pass over the table
+    /// per window's worth of evictions.
+    fn sweep(&mut self) {
+        if self.by_id.len() <= 2 * self.entries.len() + SWEEP_SLACK {
+            return;
+        }
+        let front = self.entries.front().map_or(u64::MAX, |f| f.seq);
+        let removed_inside = &self.removed_inside;
+        self.by_id
+            .retain(|&mut (_, seq)| front <= seq && !removed_inside.contains(&seq));
+        self.removed_inside.retain(|&seq| front <= seq);
     }
 
     /// Where the event inserted as `seq` sits in `entries`.
@@ -243,11 +273,7 @@ impl<S: BuildHasher> Window<S> {
             .insert_unique(id_hash, (id_hash, seq), |&(hash, _)| hash);
         self.by_ts.insert((entry.ts, seq));
         self.bytes += size;
-        self.entries.push_back(Slot {
-            seq,
-            id_hash,
-            entry,
-        });
+        self.entries.push_back(Slot { seq, entry });
 
         let mut evicted = Vec::new();
         if let Some(cutoff) = self.cutoff() {
@@ -271,17 +297,17 @@ impl<S: BuildHasher> Window<S> {
                 }
             }
         }
+        self.sweep();
         InsertOutcome::Added { evicted }
     }
 
+    /// Removes the event inserted as `seq`; its id index row stays behind, dead
+    /// ([`Window::sweep`]).
     fn remove(&mut self, seq: u64, reason: EvictReason) -> Option<Evicted> {
         let at = self.position(seq)?;
-        let Slot { id_hash, entry, .. } = self.entries.remove(at)?;
-        if let Ok(row) = self
-            .by_id
-            .find_entry(id_hash, |&(hash, s)| hash == id_hash && s == seq)
-        {
-            row.remove();
+        let Slot { entry, .. } = self.entries.remove(at)?;
+        if at > 0 {
+            self.removed_inside.insert(seq);
         }
         self.by_ts.remove((entry.ts, seq));
         self.bytes -= entry.bytes();
@@ -328,6 +354,9 @@ impl<S: BuildHasher> Window<S> {
         })
     }
 }
+
+/// Dead id index rows a window tolerates beyond as many as it stores ([`Window::sweep`]).
+const SWEEP_SLACK: usize = 64;
 
 /// The stored events' `(ts, insertion sequence)` pairs, with their minimum at hand for age
 /// evictions. Times mostly arrive in order: such pairs sit in a deque in insertion order, O(1)
@@ -742,6 +771,9 @@ mod tests {
             };
             proptest::prop_assert_eq!(w.insert(entry.clone()), reference.insert(entry));
             proptest::prop_assert!(w.iter().eq(reference.entries.iter()));
+            // Dead index rows are swept: the index stays within twice the window.
+            proptest::prop_assert!(w.by_id.len() <= 2 * w.len() + SWEEP_SLACK);
+            proptest::prop_assert!(w.removed_inside.len() <= w.by_id.len());
             proptest::prop_assert_eq!(
                 w.bytes(),
                 reference.entries.iter().map(Entry::bytes).sum::<usize>()
@@ -764,15 +796,16 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Any sequence of events (times and offsets in or out of order, duplicate ids) under
-        /// any bounds, with the real id hash or one where every id collides: the same
-        /// outcomes, contents, ids, bytes and watermarks as the reference.
+        /// Any sequence of events (times and offsets in or out of order, duplicate ids, ids
+        /// sent again after their eviction) under any bounds, with the real id hash or one
+        /// where every id collides: the same outcomes, contents, ids, bytes and watermarks as
+        /// the reference. Long enough that the id index is swept many times.
         #[test]
         fn window_matches_a_plain_list(
             max_events in 1usize..12,
             max_age_ms in proptest::option::of(0i64..40),
             max_bytes in proptest::option::of(300usize..2000),
-            events in proptest::collection::vec((0u8..30, 0i64..100, 0i32..3, 0i64..50, 1usize..4), 1..120),
+            events in proptest::collection::vec((0u8..30, 0i64..100, 0i32..3, 0i64..50, 1usize..4), 1..400),
             colliding in proptest::bool::ANY,
         ) {
             let config = config(max_events, max_age_ms, max_bytes);
