@@ -20,6 +20,8 @@ use serde_json::{Map, Value};
 use crate::data::rows::CsrError;
 use crate::data::{CsrMatrix, Rows};
 
+mod scan;
+
 /// The payload fields an event must have; `docs/event.schema.json` lists the same (tested).
 pub const REQUIRED_FIELDS: [&str; 3] = ["id", "ts", "x"];
 
@@ -300,7 +302,9 @@ pub fn parse_event_with(
     if !text.trim_start().starts_with('{') {
         return Err(reject(InvalidJson, "not a JSON object"));
     }
-    if let Some(event) = parse_dense_event(text, expected_dim, limits) {
+    let one_pass = scan_dense_event(text, expected_dim, limits)
+        .or_else(|| parse_dense_event(text, expected_dim, limits));
+    if let Some(event) = one_pass {
         return Ok((event, true));
     }
     parse_fields(text, expected_dim, limits, ts_required)
@@ -360,18 +364,44 @@ fn parse_dense_event(
     limits: &EventLimits,
 ) -> Option<Event> {
     let e: DenseEvent = serde_json::from_str(text).ok()?;
-    let valid = !e.id.is_empty()
-        && e.id.len() <= limits.max_id_len
-        && e.ts >= 0
-        && !e.x.is_empty()
-        && expected_dim.map_or(true, |d| d == e.x.len())
-        && e.x.iter().all(|v| v.is_finite());
-    valid.then_some(Event {
+    passes_checks(&e.id, e.ts, &e.x, expected_dim, limits).then_some(Event {
         id: e.id,
         ts: e.ts,
         x: Features::Dense(e.x),
         meta: e.meta,
     })
+}
+
+/// The common event without `meta` read by [`scan::scan`], with the same checks as
+/// [`parse_dense_event`]; `None` for anything else, which then takes the serde paths.
+fn scan_dense_event(
+    text: &str,
+    expected_dim: Option<usize>,
+    limits: &EventLimits,
+) -> Option<Event> {
+    let e = scan::scan(text, expected_dim)?;
+    passes_checks(e.id, e.ts, &e.x, expected_dim, limits).then(|| Event {
+        id: e.id.to_owned(),
+        ts: e.ts,
+        x: Features::Dense(e.x),
+        meta: None,
+    })
+}
+
+/// [`parse_fields`]' checks of a dense event's fields, for the one-pass paths.
+fn passes_checks(
+    id: &str,
+    ts: i64,
+    x: &[f64],
+    expected_dim: Option<usize>,
+    limits: &EventLimits,
+) -> bool {
+    !id.is_empty()
+        && id.len() <= limits.max_id_len
+        && ts >= 0
+        && !x.is_empty()
+        && expected_dim.map_or(true, |d| d == x.len())
+        && x.iter().all(|v| v.is_finite())
 }
 
 /// Field by field, each kept raw first, so that every field gets its own rejection reason.
@@ -996,6 +1026,146 @@ mod fast_path_tests {
             let fast = parse_event_with(text.as_bytes(), dim, &limits, ts_required);
             let slow = parse_fields(&text, dim, &limits, ts_required);
             prop_assert_eq!(fast, slow, "{}", text);
+        }
+    }
+
+    /// A JSON-ish number: valid ones of every shape (long significands, exponents, leading
+    /// zeros in fractions) and near misses (a leading zero, an empty fraction or exponent).
+    fn number_token() -> impl Strategy<Value = String> {
+        let grammar = (
+            proptest::option::of(Just("-")),
+            prop_oneof![
+                1 => Just("0".to_string()),
+                4 => "[1-9][0-9]{0,4}",
+                1 => "[1-9][0-9]{14,19}",
+                1 => "0[0-9]{1,3}",
+                1 => Just(String::new()),
+            ],
+            proptest::option::weighted(
+                0.7,
+                prop_oneof![3 => "\\.[0-9]{1,7}", 1 => "\\.[0-9]{0,25}"],
+            ),
+            proptest::option::weighted(0.3, "[eE][+-]?[0-9]{0,3}"),
+        )
+            .prop_map(|(sign, int, frac, exp)| {
+                format!(
+                    "{}{int}{}{}",
+                    sign.unwrap_or_default(),
+                    frac.unwrap_or_default(),
+                    exp.unwrap_or_default()
+                )
+            });
+        let value = prop_oneof![any::<f64>(), -1e4..1e4f64, -1e-3..1e-3f64];
+        let printed = (value, 0usize..4).prop_map(|(v, style)| match style {
+            0 => format!("{v}"),
+            1 => format!("{v:e}"),
+            2 => format!("{v:.3}"),
+            _ => format!("{v:.17}"),
+        });
+        prop_oneof![grammar, printed]
+    }
+
+    fn whitespace() -> impl Strategy<Value = &'static str> {
+        prop_oneof![Just(""), Just(" "), Just("\n\t "), Just("\r")]
+    }
+
+    proptest! {
+        /// Whatever the scanner accepts, the field-by-field path reads as the same event, to
+        /// the bit of every feature.
+        #[test]
+        fn the_scanner_reads_numbers_as_serde_does(
+            numbers in proptest::collection::vec((number_token(), whitespace()), 1..6),
+            ts in prop_oneof![Just("0".to_string()), "-?[0-9]{1,20}", Just("1.5".to_string())],
+            id in prop_oneof![Just("a"), Just("é\\u00e9"), Just(""), Just("q\"")],
+            ws in whitespace(),
+            order in 0usize..3,
+        ) {
+            let x: Vec<String> = numbers.iter().map(|(n, w)| format!("{w}{n}{w}")).collect();
+            let fields = [
+                format!("{ws}\"id\"{ws}:{ws}\"{id}\""),
+                format!("\"ts\":{ws}{ts}{ws}"),
+                format!("\"x\":[{}]", x.join(",")),
+            ];
+            let text = format!("{ws}{{{},{},{}}}{ws}", fields[order], fields[(order + 1) % 3], fields[(order + 2) % 3]);
+            let limits = EventLimits::default();
+            if let Some(scanned) = scan_dense_event(&text, None, &limits) {
+                let slow = parse_fields(&text, None, &limits, true);
+                let Ok((slow, true)) = slow else {
+                    return Err(TestCaseError::fail(format!("scanned, but rejected: {text}")));
+                };
+                prop_assert_eq!(&scanned.id, &slow.id);
+                prop_assert_eq!(scanned.ts, slow.ts);
+                let (Features::Dense(a), Features::Dense(b)) = (&scanned.x, &slow.x) else {
+                    return Err(TestCaseError::fail("not dense"));
+                };
+                let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                prop_assert_eq!(bits(a), bits(b), "{}", text);
+            }
+            let limits = EventLimits::default();
+            prop_assert_eq!(
+                parse_event_with(text.as_bytes(), None, &limits, true),
+                parse_fields(&text, None, &limits, true),
+                "{}", text
+            );
+        }
+    }
+
+    /// Numbers as producers print them: the scanner takes nearly all, each to the bit
+    /// serde_json gives.
+    #[test]
+    fn the_scanner_takes_printed_numbers_to_the_bit() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let (mut taken, mut total) = (0, 0);
+        for _ in 0..20_000 {
+            let magnitude = 10f64.powi(rng.gen_range(-8..8));
+            let v = rng.gen_range(-1.0..1.0) * magnitude;
+            let text = match rng.gen_range(0..4) {
+                0 => format!("{v}"),
+                1 => format!("{v:e}"),
+                2 => format!("{v:.3}"),
+                _ => format!("{v:.9}"),
+            };
+            let serde: f64 = serde_json::from_str(&text).expect("a JSON number");
+            let payload = format!(r#"{{"id":"a","ts":1,"x":[{text}]}}"#);
+            total += 1;
+            if let Some(e) = scan_dense_event(&payload, Some(1), &EventLimits::default()) {
+                taken += 1;
+                let Features::Dense(x) = e.x else {
+                    panic!("not dense")
+                };
+                assert_eq!(x[0].to_bits(), serde.to_bits(), "{text}");
+            }
+        }
+        // Only `{v}` and `{v:e}` of values with more than 16 significant digits are left.
+        assert!(taken * 10 >= total * 6, "{taken} of {total}");
+    }
+
+    #[test]
+    fn the_scanner_takes_the_common_event_and_leaves_the_rest() {
+        let limits = EventLimits::default();
+        let text = r#" {"x": [1, -2.5e-3, 0.125, -0], "ts": 5, "id": "ev-1"} "#;
+        let e = scan_dense_event(text, Some(4), &limits).expect("scanned");
+        assert_eq!(
+            Ok((e.clone(), true)),
+            parse_fields(text, Some(4), &limits, true)
+        );
+        assert_eq!(e.x, Features::Dense(vec![1.0, -0.0025, 0.125, -0.0]));
+        assert!(matches!(&e.x, Features::Dense(x) if x[3].is_sign_negative()));
+        for left in [
+            r#"{"id":"a","ts":5,"x":[1,2],"meta":{"k":"v"}}"#,
+            r#"{"id":"a","ts":5,"x":[1,2],"other":0}"#,
+            r#"{"id":"a\u0062","ts":5,"x":[1,2]}"#,
+            r#"{"id":"a","ts":5,"x":[1,2],"id":"b"}"#,
+            r#"{"id":"a","ts":-0,"x":[1,2]}"#,
+            r#"{"id":"a","ts":5,"x":[0.1234567890123456789]}"#,
+            r#"{"id":"a","ts":5,"x":[1e23]}"#,
+            r#"{"id":"a","ts":5,"x":[01]}"#,
+            r#"{"id":"a","ts":5,"x":[1.]}"#,
+            r#"{"id":"a","ts":5,"x":[1,2]} x"#,
+            r#"{"id":"a","ts":5,"x":[]}"#,
+        ] {
+            assert_eq!(scan_dense_event(left, None, &limits), None, "{left}");
         }
     }
 
