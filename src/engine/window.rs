@@ -305,7 +305,13 @@ impl<S: BuildHasher> Window<S> {
     /// ([`Window::sweep`]).
     fn remove(&mut self, seq: u64, reason: EvictReason) -> Option<Evicted> {
         let at = self.position(seq)?;
-        let Slot { entry, .. } = self.entries.remove(at)?;
+        // `pop_front` for the usual eviction: `remove(0)` goes through a general shift.
+        let slot = if at == 0 {
+            self.entries.pop_front()
+        } else {
+            self.entries.remove(at)
+        };
+        let Slot { entry, .. } = slot?;
         if at > 0 {
             self.removed_inside.insert(seq);
         }
@@ -380,6 +386,9 @@ impl TimeIndex {
 
     fn remove(&mut self, key: (i64, u64)) {
         match search_from_ends(&self.in_order, &key, |k| *k) {
+            Ok(0) => {
+                self.in_order.pop_front();
+            }
             Ok(at) => {
                 self.in_order.remove(at);
             }

@@ -6,7 +6,7 @@
 
 use std::cell::RefCell;
 
-use ndarray::Array2;
+use ndarray::{Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, CodecError};
@@ -174,10 +174,14 @@ impl Model {
             if block.dim() != (SCORE_BLOCK, self.n_features()) {
                 *block = Array2::zeros((SCORE_BLOCK, self.n_features()));
             }
-            let mut part = block.slice_mut(ndarray::s![..1, ..]);
-            let row = part.as_slice_mut().expect("standard layout");
-            self.scaler().transform_row_into(RowRef::Dense(x), row);
-            self.expansion().decision_dense(part.view(), &mut out);
+            // The block's first row, without ndarray's general slicing (a few percent of the
+            // Kafka poll loop per event).
+            let d = self.n_features();
+            let flat = block.as_slice_mut().expect("standard layout");
+            self.scaler()
+                .transform_row_into(RowRef::Dense(x), &mut flat[..d]);
+            let row = ArrayView2::from_shape((1, d), &flat[..d]).expect("one row of d values");
+            self.expansion().decision_dense(row, &mut out);
         });
         out[0]
     }

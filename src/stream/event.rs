@@ -298,13 +298,16 @@ pub fn parse_event_with(
             format!("{} bytes, the limit is {}", payload.len(), limits.max_bytes),
         ));
     }
+    // An event the scanner takes passes every check (its UTF-8 included: outside the id,
+    // which it validates, it accepts nothing but ASCII), so the order above is kept.
+    if let Some(event) = scan_dense_event(payload, expected_dim, limits) {
+        return Ok((event, true));
+    }
     let text = std::str::from_utf8(payload).map_err(|e| reject(InvalidUtf8, e.to_string()))?;
     if !text.trim_start().starts_with('{') {
         return Err(reject(InvalidJson, "not a JSON object"));
     }
-    let one_pass = scan_dense_event(text, expected_dim, limits)
-        .or_else(|| parse_dense_event(text, expected_dim, limits));
-    if let Some(event) = one_pass {
+    if let Some(event) = parse_dense_event(text, expected_dim, limits) {
         return Ok((event, true));
     }
     parse_fields(text, expected_dim, limits, ts_required)
@@ -375,11 +378,11 @@ fn parse_dense_event(
 /// The common event without `meta` read by [`scan::scan`], with the same checks as
 /// [`parse_dense_event`]; `None` for anything else, which then takes the serde paths.
 fn scan_dense_event(
-    text: &str,
+    payload: &[u8],
     expected_dim: Option<usize>,
     limits: &EventLimits,
 ) -> Option<Event> {
-    let e = scan::scan(text, expected_dim)?;
+    let e = scan::scan(payload, expected_dim)?;
     passes_checks(e.id, e.ts, &e.x, expected_dim, limits).then(|| Event {
         id: e.id.to_owned(),
         ts: e.ts,
@@ -1088,7 +1091,7 @@ mod fast_path_tests {
             ];
             let text = format!("{ws}{{{},{},{}}}{ws}", fields[order], fields[(order + 1) % 3], fields[(order + 2) % 3]);
             let limits = EventLimits::default();
-            if let Some(scanned) = scan_dense_event(&text, None, &limits) {
+            if let Some(scanned) = scan_dense_event(text.as_bytes(), None, &limits) {
                 let slow = parse_fields(&text, None, &limits, true);
                 let Ok((slow, true)) = slow else {
                     return Err(TestCaseError::fail(format!("scanned, but rejected: {text}")));
@@ -1129,7 +1132,7 @@ mod fast_path_tests {
             let serde: f64 = serde_json::from_str(&text).expect("a JSON number");
             let payload = format!(r#"{{"id":"a","ts":1,"x":[{text}]}}"#);
             total += 1;
-            if let Some(e) = scan_dense_event(&payload, Some(1), &EventLimits::default()) {
+            if let Some(e) = scan_dense_event(payload.as_bytes(), Some(1), &EventLimits::default()) {
                 taken += 1;
                 let Features::Dense(x) = e.x else {
                     panic!("not dense")
@@ -1145,7 +1148,7 @@ mod fast_path_tests {
     fn the_scanner_takes_the_common_event_and_leaves_the_rest() {
         let limits = EventLimits::default();
         let text = r#" {"x": [1, -2.5e-3, 0.125, -0], "ts": 5, "id": "ev-1"} "#;
-        let e = scan_dense_event(text, Some(4), &limits).expect("scanned");
+        let e = scan_dense_event(text.as_bytes(), Some(4), &limits).expect("scanned");
         assert_eq!(
             Ok((e.clone(), true)),
             parse_fields(text, Some(4), &limits, true)
@@ -1165,7 +1168,17 @@ mod fast_path_tests {
             r#"{"id":"a","ts":5,"x":[1,2]} x"#,
             r#"{"id":"a","ts":5,"x":[]}"#,
         ] {
-            assert_eq!(scan_dense_event(left, None, &limits), None, "{left}");
+            assert_eq!(scan_dense_event(left.as_bytes(), None, &limits), None, "{left}");
+        }
+        // Invalid UTF-8 in the id, or anywhere else, is left to the UTF-8 check.
+        for bytes in [
+            &b"{\"id\":\"a\xff\",\"ts\":5,\"x\":[1]}"[..],
+            &b"{\"id\":\"a\",\"ts\":5,\"x\":[1]}\xff"[..],
+            &b"{\"id\":\"a\",\"\xff\":5,\"ts\":5,\"x\":[1]}"[..],
+        ] {
+            assert_eq!(scan_dense_event(bytes, None, &limits), None);
+            let reason = parse_event(bytes, None, &limits).map_err(|r| r.reason);
+            assert_eq!(reason, Err(RejectReason::InvalidUtf8));
         }
     }
 

@@ -25,11 +25,12 @@ pub(super) struct Scanned<'a> {
     pub x: Vec<f64>,
 }
 
-/// Reads `text`; `dim_hint` sizes the feature vector (the locked dimension, when there is
-/// one, so the vector is allocated once and exactly).
-pub(super) fn scan(text: &str, dim_hint: Option<usize>) -> Option<Scanned<'_>> {
+/// Reads `payload`; `dim_hint` sizes the feature vector (the locked dimension, when there is
+/// one, so the vector is allocated once and exactly). Outside the id, which must be UTF-8,
+/// only ASCII is accepted, so an accepted payload is UTF-8 as a whole.
+pub(super) fn scan(payload: &[u8], dim_hint: Option<usize>) -> Option<Scanned<'_>> {
     let mut s = Scanner {
-        bytes: text.as_bytes(),
+        bytes: payload,
         at: 0,
     };
     s.expect(b'{')?;
@@ -54,7 +55,6 @@ pub(super) fn scan(text: &str, dim_hint: Option<usize>) -> Option<Scanned<'_>> {
         return None;
     }
     Some(Scanned {
-        // The text is UTF-8 and the id lies between two ASCII quotes.
         id: std::str::from_utf8(id?).ok()?,
         ts: ts?,
         x: x?,
