@@ -44,7 +44,9 @@ use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError as RdKafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
+};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
@@ -262,8 +264,13 @@ type SharedOutbox = Arc<Mutex<Outbox>>;
 /// `neyman bench kafka`), so the loop only books outputs and this thread sends them. Order is
 /// kept: batches arrive in order, and a send librdkafka refuses holds back everything behind
 /// it.
+///
+/// The thread also serves the producer's delivery reports (a `BaseProducer`, not a
+/// `ThreadedProducer` with a polling thread of its own): librdkafka frees each sent message and
+/// its headers where the reports are served, so they are freed by the thread that allocated
+/// them, and one thread fewer competes for the cores (measured in `neyman bench kafka`).
 struct Producing {
-    producer: ThreadedProducer<DeliveryContext>,
+    producer: BaseProducer<DeliveryContext>,
     topics: Topics,
     /// Outputs not yet handed to librdkafka, in order: its queue was full, or a delivery
     /// failed and waits for [`RESEND_BACKOFF`].
@@ -278,8 +285,12 @@ struct Producing {
 /// How often a backlog is retried while librdkafka's queue is full.
 const BACKLOG_RETRY: Duration = Duration::from_millis(1);
 
+/// How often delivery reports are served while outputs are in flight and no batch arrives:
+/// an acknowledgement waits at most this long for the loop to hear of it.
+const DELIVERY_POLL: Duration = Duration::from_millis(1);
+
 impl Producing {
-    fn new(producer: ThreadedProducer<DeliveryContext>, topics: Topics) -> Producing {
+    fn new(producer: BaseProducer<DeliveryContext>, topics: Topics) -> Producing {
         Producing {
             producer,
             topics,
@@ -289,21 +300,23 @@ impl Producing {
         }
     }
 
-    /// Sends batches until the loop hangs up. A send refused for another reason than a full
-    /// queue (e.g. a message over the broker's limit) is fatal: it goes to `fatal`, the loop
-    /// stops with it, and the offset stays uncommitted.
+    /// Sends batches and serves delivery reports until the loop hangs up. A send refused for
+    /// another reason than a full queue (e.g. a message over the broker's limit) is fatal: it
+    /// goes to `fatal`, the loop stops with it, and the offset stays uncommitted.
     fn run(mut self, batches: mpsc::Receiver<Vec<Produce>>, fatal: &Mutex<Option<String>>) {
         loop {
-            let next = if self.backlog.is_empty() {
-                batches
-                    .recv()
-                    .map_err(|_| mpsc::RecvTimeoutError::Disconnected)
-            } else {
+            let next = if !self.backlog.is_empty() {
                 // While a resend backs off (a broker is down), sleep until then.
                 let backoff = self.retry_at.map_or(Duration::ZERO, |at| {
                     at.saturating_duration_since(Instant::now())
                 });
                 batches.recv_timeout(backoff.max(BACKLOG_RETRY))
+            } else if self.producer.in_flight_count() > 0 {
+                batches.recv_timeout(DELIVERY_POLL)
+            } else {
+                batches
+                    .recv()
+                    .map_err(|_| mpsc::RecvTimeoutError::Disconnected)
             };
             match next {
                 Ok(batch) => {
@@ -314,9 +327,27 @@ impl Producing {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             }
+            // Reports first: librdkafka counts a message against its queue bound until its
+            // report is served, so a full queue empties only here.
+            self.serve_deliveries();
             if let Err(e) = self.drain_backlog() {
                 tracing::error!(error = %e, "an output cannot be produced");
                 *lock(fatal) = Some(e);
+                return;
+            }
+        }
+    }
+
+    /// Serves the delivery reports that are ready (the callbacks tell the loop). One poll
+    /// serves one event, a produce request's reports; it stops when a poll changes nothing.
+    fn serve_deliveries(&self) {
+        loop {
+            let before = self.producer.in_flight_count();
+            if before == 0 {
+                return;
+            }
+            self.producer.poll(Duration::ZERO);
+            if self.producer.in_flight_count() == before {
                 return;
             }
         }
@@ -412,7 +443,7 @@ impl ProduceThread {
 }
 
 /// An owned message (a dead letter, or a failed delivery sent again) to librdkafka.
-fn send(producer: &ThreadedProducer<DeliveryContext>, out: &Outgoing) -> KafkaResult<()> {
+fn send(producer: &BaseProducer<DeliveryContext>, out: &Outgoing) -> KafkaResult<()> {
     let mut headers = OwnedHeaders::new_with_capacity(out.headers.len());
     for (key, value) in &out.headers {
         headers = headers.insert(Header {
@@ -435,7 +466,7 @@ fn send(producer: &ThreadedProducer<DeliveryContext>, out: &Outgoing) -> KafkaRe
 /// building an owned [`Outgoing`] (six allocations) took two fifths of this thread, JSON
 /// included.
 fn send_score(
-    producer: &ThreadedProducer<DeliveryContext>,
+    producer: &BaseProducer<DeliveryContext>,
     topics: &Topics,
     payload: &mut Vec<u8>,
     output: &ScoreOutput,
@@ -902,7 +933,7 @@ pub fn connect(
         }
     };
     let (reports, deliveries) = mpsc::channel();
-    let producer: ThreadedProducer<DeliveryContext> =
+    let producer: BaseProducer<DeliveryContext> =
         producer_config(k).create_with_context(DeliveryContext { reports })?;
     let mut done_config: ClientConfig = consumer_config(k, ConsumerRole::Daemon);
     done_config.set("group.id", format!("{group}.done"));

@@ -1132,7 +1132,8 @@ mod fast_path_tests {
             let serde: f64 = serde_json::from_str(&text).expect("a JSON number");
             let payload = format!(r#"{{"id":"a","ts":1,"x":[{text}]}}"#);
             total += 1;
-            if let Some(e) = scan_dense_event(payload.as_bytes(), Some(1), &EventLimits::default()) {
+            if let Some(e) = scan_dense_event(payload.as_bytes(), Some(1), &EventLimits::default())
+            {
                 taken += 1;
                 let Features::Dense(x) = e.x else {
                     panic!("not dense")
@@ -1168,7 +1169,11 @@ mod fast_path_tests {
             r#"{"id":"a","ts":5,"x":[1,2]} x"#,
             r#"{"id":"a","ts":5,"x":[]}"#,
         ] {
-            assert_eq!(scan_dense_event(left.as_bytes(), None, &limits), None, "{left}");
+            assert_eq!(
+                scan_dense_event(left.as_bytes(), None, &limits),
+                None,
+                "{left}"
+            );
         }
         // Invalid UTF-8 in the id, or anywhere else, is left to the UTF-8 check.
         for bytes in [
