@@ -12,9 +12,9 @@
 //!   `source_offset`), rejected messages to `kafka.topics.dlq` (original key, payload and
 //!   headers, plus Kafka Connect's `__connect.errors.topic`, `.partition`, `.offset`,
 //!   `.exception.class.name` = the reason code and `.exception.message` = the detail). One
-//!   idempotent producer, on its own thread ([`Producing`]): the loop books each output and
-//!   hands the round's outputs over in one batch; that thread serialises scores and sends in
-//!   order. A send that fails after librdkafka's own retries is counted and sent again, never
+//!   idempotent producer, on its own thread ([`Producing`]): the loop books the round's
+//!   outputs and hands them over in one batch; that thread serialises scores, sends in order
+//!   and serves the delivery reports. A send that fails after librdkafka's own retries is counted and sent again, never
 //!   dropped.
 //! - **At-least-once** ([`crate::stream::offsets`]): per input partition the loop commits the
 //!   oldest offset whose output is unacknowledged or whose event is still in a window (or
