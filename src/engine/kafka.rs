@@ -14,8 +14,8 @@
 //!   `.exception.class.name` = the reason code and `.exception.message` = the detail). One
 //!   idempotent producer, on its own thread ([`Producing`]): the loop books the round's
 //!   outputs and hands them over in one batch; that thread serialises scores, sends in order
-//!   and serves the delivery reports. A send that fails after librdkafka's own retries is counted and sent again, never
-//!   dropped.
+//!   and serves the delivery reports. A send that fails after librdkafka's own retries is
+//!   counted and sent again, never dropped.
 //! - **At-least-once** ([`crate::stream::offsets`]): per input partition the loop commits the
 //!   oldest offset whose output is unacknowledged or whose event is still in a window (or
 //!   waits for a first model), every `kafka.commit_interval_ms`, on revocation and at
@@ -1120,10 +1120,11 @@ impl Loop {
     }
 
     /// Brings the outbox up to date with this round: the engine's outputs are booked as sent,
-    /// then the messages as handled. In that order, and both before anything reads the book
-    /// (commit points, restores, the hand-over): an offset must never count as handled while
-    /// its outputs are unbooked, or `done` could pass it. Until then the book only lags,
-    /// which holds commits back, never forward.
+    /// then the messages as handled. In that order, so that an offset never counts as handled
+    /// while its outputs are unbooked (`done` could pass it), and before any commit point is
+    /// computed: an output made above the batch (a finished retrain scoring the events that
+    /// waited for a first model) has left the engine's owed list and is in the book only from
+    /// here. Backpressure and restores read the book at most one round late.
     fn settle_round(&mut self, engine: &mut Engine) -> Result<(), KafkaRunError> {
         engine.flush()?;
         let mut outbox = lock(&self.clients.outbox);

@@ -18,7 +18,7 @@ use std::hash::BuildHasher;
 
 use crate::data::Rows;
 use crate::stream::event::features_to_rows;
-use crate::stream::offsets::search_from_ends;
+use crate::stream::offsets::{remove_at, search_from_ends};
 use crate::stream::Features;
 
 /// The bounds of one window.
@@ -305,13 +305,7 @@ impl<S: BuildHasher> Window<S> {
     /// ([`Window::sweep`]).
     fn remove(&mut self, seq: u64, reason: EvictReason) -> Option<Evicted> {
         let at = self.position(seq)?;
-        // `pop_front` for the usual eviction: `remove(0)` goes through a general shift.
-        let slot = if at == 0 {
-            self.entries.pop_front()
-        } else {
-            self.entries.remove(at)
-        };
-        let Slot { entry, .. } = slot?;
+        let Slot { entry, .. } = remove_at(&mut self.entries, at)?;
         if at > 0 {
             self.removed_inside.insert(seq);
         }
@@ -386,11 +380,8 @@ impl TimeIndex {
 
     fn remove(&mut self, key: (i64, u64)) {
         match search_from_ends(&self.in_order, &key, |k| *k) {
-            Ok(0) => {
-                self.in_order.pop_front();
-            }
             Ok(at) => {
-                self.in_order.remove(at);
+                remove_at(&mut self.in_order, at);
             }
             Err(_) => {
                 self.late.remove(&key);

@@ -54,6 +54,17 @@ pub(crate) fn search_from_ends<T, K: Ord>(
     }
 }
 
+/// [`VecDeque::remove`], taking the front by `pop_front`: the ends are where these deques
+/// lose elements, and `remove(0)` goes through a general shift (measured on the Kafka poll
+/// thread).
+pub(crate) fn remove_at<T>(deque: &mut VecDeque<T>, at: usize) -> Option<T> {
+    if at == 0 {
+        deque.pop_front()
+    } else {
+        deque.remove(at)
+    }
+}
+
 /// See the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct OffsetBook {
@@ -93,7 +104,7 @@ impl OffsetBook {
         if let Ok(at) = search_from_ends(in_flight, &offset, |(o, _)| *o) {
             in_flight[at].1 -= 1;
             if in_flight[at].1 == 0 {
-                in_flight.remove(at);
+                remove_at(in_flight, at);
             }
             self.in_flight -= 1;
         }

@@ -155,16 +155,12 @@ impl<'a> Scanner<'a> {
         }
         if matches!(self.peek(), Some(b'e' | b'E')) {
             self.at += 1;
-            let sign: i64 = match self.peek() {
-                Some(b'-') => -1,
-                Some(b'+') => 1,
-                _ => 0,
-            };
-            if sign != 0 {
+            let negative_exponent = self.peek() == Some(b'-');
+            if matches!(self.peek(), Some(b'-' | b'+')) {
                 self.at += 1;
             }
             let (value, _) = self.digits(0, 1000)?;
-            exponent += if sign < 0 {
+            exponent += if negative_exponent {
                 -(value as i64)
             } else {
                 value as i64
