@@ -44,6 +44,7 @@
 pub mod cli;
 pub mod codec;
 pub mod config;
+pub mod daemon;
 pub mod data;
 pub mod engine;
 pub mod learn;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use neyman::config::LoadedConfig;
-use neyman::engine::daemon::{Engine, EngineParts};
-use neyman::engine::kafka::{connect, run};
+use neyman::daemon::kafka::{connect, run};
+use neyman::engine::machine::{Engine, EngineConfig, EngineParts};
 use neyman::engine::registry::Registry;
 use neyman::engine::store::ModelStore;
 use neyman::stream::{Channel, Record, RecordReader};
@@ -111,7 +111,7 @@ fn produce_and_commit_errors_and_a_full_outage_lose_nothing() {
     let engine = Engine::new(
         EngineParts {
             store: ModelStore::open(&config.state.dir, 3).expect("store"),
-            config,
+            config: EngineConfig::of(&config),
             metrics: metrics.clone(),
             registry: Arc::new(Registry::new(3)),
             outputs: Box::new(outputs),

@@ -10,7 +10,7 @@
 //!    - **raw loop**: one thread consumes them, produces each payload unchanged to another
 //!      topic with the daemon's producer settings, and stores each offset after its delivery
 //!      (auto-commit of stored offsets);
-//!    - **pipeline**: [`crate::engine::kafka::run`] consumes them (windows, scoring, scores
+//!    - **pipeline**: [`crate::daemon::kafka::run`] consumes them (windows, scoring, scores
 //!      with headers, at-least-once commits), until every score is acknowledged.
 //!
 //!    The raw and pipeline rates pool the rounds (all events over all seconds), and each
@@ -46,8 +46,8 @@ use serde_json::json;
 use super::args::{BenchKafkaArgs, ReportFormat};
 use super::CliError;
 use crate::config::{AlgorithmName, Config, KafkaConfig, KernelName, LoadedConfig};
-use crate::engine::daemon::{Engine, EngineParts};
-use crate::engine::outputs::FileOutputs;
+use crate::daemon::replay::FileOutputs;
+use crate::engine::machine::{Engine, EngineConfig, EngineParts};
 use crate::engine::registry::Registry;
 use crate::engine::store::ModelStore;
 use crate::stream::dlq::DlqWriter;
@@ -128,7 +128,7 @@ fn in_process_engine(config: &Config, name: &str, resume: bool) -> Result<Engine
     let dir = &config.state.dir;
     Engine::new(
         EngineParts {
-            config: config.clone(),
+            config: EngineConfig::of(config),
             metrics: Metrics::new(&prometheus::Registry::new()).map_err(failed)?,
             registry: Arc::new(Registry::new(2)),
             store: ModelStore::open(dir, 2).map_err(failed)?,
@@ -291,13 +291,11 @@ fn pipeline(
     feed: Option<(Payloads, f64)>,
 ) -> Result<f64, CliError> {
     let metrics = Metrics::new(&prometheus::Registry::new()).map_err(failed)?;
-    let (clients, outputs) = crate::engine::kafka::connect(k, &metrics).map_err(failed)?;
-    let mut config = config.clone();
-    config.kafka = Some(k.clone());
+    let (clients, outputs) = crate::daemon::kafka::connect(k, &metrics).map_err(failed)?;
     let engine = Engine::new(
         EngineParts {
             store: ModelStore::open(&config.state.dir, 2).map_err(failed)?,
-            config,
+            config: EngineConfig::of(config),
             metrics: metrics.clone(),
             registry: Arc::new(Registry::new(2)),
             outputs: Box::new(outputs),
@@ -315,7 +313,7 @@ fn pipeline(
         std::thread::Builder::new()
             .name("pipeline".into())
             .spawn(move || {
-                crate::engine::kafka::run(engine, clients, &metrics, &stop, Duration::from_secs(30))
+                crate::daemon::kafka::run(engine, clients, &metrics, &stop, Duration::from_secs(30))
             })
             .map_err(failed)?
     };

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use super::args::{RecordArgs, ReplayArgs};
-use super::daemon::shutdown_signal;
 use super::{write_atomic_with, CliError};
 use crate::config::{KafkaConfig, LoadedConfig};
+use crate::daemon::shutdown_signal;
 use crate::stream::kafka::{self, RecordLimits, RecordSummary};
 use crate::stream::record::{is_gzip_path, RecordReader, RecordWriter};
 use crate::stream::Channel;

@@ -58,16 +58,16 @@ pub enum CliError {
     Threshold(String),
     #[error(transparent)]
     Kafka(#[from] crate::stream::kafka::KafkaError),
-    #[error("kafka source: {0}")]
-    KafkaRun(#[from] crate::engine::kafka::KafkaRunError),
     #[error("daemon: {0}")]
     Daemon(String),
+    #[error(transparent)]
+    Run(#[from] crate::daemon::DaemonError),
 }
 
 impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            CliError::Usage(_) => 2,
+            CliError::Usage(_) | CliError::Run(crate::daemon::DaemonError::Usage(_)) => 2,
             _ => 1,
         }
     }

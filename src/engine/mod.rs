@@ -1,11 +1,10 @@
-//! The daemon's state between the stream and the learner.
+//! The daemon's state machine between the stream and the learner, whatever drives it: the
+//! recorded-stream and Kafka drivers live above this room and feed it one message at a time.
 //!
-//! - [`daemon`]: the event loop: intake, windows, retrain trigger, warm-started training, the
-//!   gate, the swap, scoring and the sinks.
-//! - [`outputs`]: where scores and dead letters go (files, or Kafka topics), each with the
-//!   input position it answers.
-//! - [`kafka`]: the daemon on Kafka: poll loop, produced outputs, at-least-once commits with
-//!   window low watermarks, restore after a restart, backpressure, training off the loop.
+//! - [`machine`]: the [`machine::Engine`]: intake, windows, retrain trigger, warm-started
+//!   training, the gate, the swap, scoring and the sinks.
+//! - [`outputs`]: the sink trait for scores and dead letters, each with the input position it
+//!   answers.
 //! - [`window`]: per-channel sliding windows (count, event-time age and byte bounds, dedup by
 //!   id, eviction reports and source low watermarks) and the stable hash that decides which
 //!   events calibrate instead of train ([`window::in_calibration`]).
@@ -16,10 +15,10 @@
 //!
 //! The engine owns the feature-dimension lock (the loaded model's, else the first valid
 //! event's) and hands it to [`crate::stream::parse_event`]. It depends on [`crate::stream`],
-//! [`crate::data`] and [`crate::learn`], never the other way round.
+//! [`crate::data`], [`crate::learn`], [`crate::config`] (its own sections) and
+//! [`crate::telemetry`], never on rdkafka, tokio or axum, and nothing below points up to it.
 
-pub mod daemon;
-pub mod kafka;
+pub mod machine;
 pub mod outputs;
 pub mod registry;
 pub mod scoring;

@@ -1,13 +1,11 @@
 //! Where the engine's outputs go: one score per unlabeled event and one dead letter per
-//! rejected message. [`FileOutputs`] writes JSON lines (replay source); the Kafka source
-//! produces to topics instead ([`crate::engine::kafka`]), which is why every output carries
-//! the position of the message it answers: a Kafka sink commits an input offset only after
-//! the output for it is acknowledged.
-
-use std::io::Write;
+//! rejected message. The daemon provides the sink: JSON-lines files for a recorded stream,
+//! topics on Kafka, which is why every output carries the position of the message it
+//! answers: a Kafka sink commits an input offset only after the output for it is
+//! acknowledged.
 
 use crate::engine::scoring::ScoreOutput;
-use crate::stream::dlq::{DlqError, DlqRecord, DlqWriter};
+use crate::stream::dlq::{DlqError, DlqRecord};
 use crate::stream::Channel;
 
 #[derive(Debug, thiserror::Error)]
@@ -37,31 +35,4 @@ pub trait Outputs: Send {
     fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError>;
     /// Pushes buffered outputs out (files: to the OS; Kafka: nothing to wait for here).
     fn flush(&mut self) -> Result<(), OutputError>;
-}
-
-/// Scores as JSON lines to a writer (a file or stdout), dead letters to a [`DlqWriter`].
-pub struct FileOutputs {
-    scores: Box<dyn Write + Send>,
-    dlq: DlqWriter,
-}
-
-impl FileOutputs {
-    pub fn new(scores: Box<dyn Write + Send>, dlq: DlqWriter) -> FileOutputs {
-        FileOutputs { scores, dlq }
-    }
-}
-
-impl Outputs for FileOutputs {
-    fn score(&mut self, output: ScoreOutput, _origin: Option<Origin>) -> Result<(), OutputError> {
-        writeln!(self.scores, "{}", output.to_json_line()).map_err(OutputError::Scores)
-    }
-
-    fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError> {
-        Ok(self.dlq.write(letter)?)
-    }
-
-    fn flush(&mut self) -> Result<(), OutputError> {
-        self.scores.flush().map_err(OutputError::Scores)?;
-        Ok(self.dlq.flush()?)
-    }
 }

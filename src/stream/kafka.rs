@@ -74,8 +74,8 @@ const MAX_PENDING: usize = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConsumerRole {
     /// `kafka.group_id`, static membership when `group_instance_id` is set, cooperative-sticky
-    /// assignment, no automatic commits: the daemon commits the offsets it computed itself
-    /// (see [`crate::engine::kafka`]), so a crash re-delivers rather than loses.
+    /// assignment, no automatic commits: the daemon's Kafka driver commits the offsets it
+    /// computed itself, so a crash re-delivers rather than loses.
     Daemon,
     /// `<group_id>-record`, earliest, no commits, no static membership.
     Record,

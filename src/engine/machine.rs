@@ -28,7 +28,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::codec::fnv1a64;
-use crate::config::{AlgorithmName, Config, KernelName, OobRuleName, ScaleName, ThresholdName};
+use crate::config::{
+    AlgorithmName, Config, GateConfig, KernelName, ModelConfig, OobRuleName, RetrainConfig, Role,
+    ScaleName, ScoringConfig, ThresholdName, WindowsConfig,
+};
 use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
@@ -106,9 +109,34 @@ struct Learner {
     previous: Option<Fit>,
 }
 
+/// The configuration sections the engine reads.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub windows: WindowsConfig,
+    pub retrain: RetrainConfig,
+    pub model: ModelConfig,
+    pub gate: GateConfig,
+    pub scoring: ScoringConfig,
+    /// Accepted models remembered for rollback (`state.keep_models`).
+    pub keep_models: usize,
+}
+
+impl EngineConfig {
+    pub fn of(config: &Config) -> EngineConfig {
+        EngineConfig {
+            windows: config.windows.clone(),
+            retrain: config.retrain.clone(),
+            model: config.model.clone(),
+            gate: config.gate.clone(),
+            scoring: config.scoring.clone(),
+            keep_models: config.state.keep_models,
+        }
+    }
+}
+
 /// What an engine is built from.
 pub struct EngineParts {
-    pub config: Config,
+    pub config: EngineConfig,
     pub metrics: Metrics,
     /// Shared with the HTTP API, which scores with the same active model.
     pub registry: Arc<Registry>,
@@ -121,7 +149,7 @@ pub struct EngineParts {
 
 /// The daemon's state machine; see the module docs.
 pub struct Engine {
-    config: Config,
+    config: EngineConfig,
     metrics: Metrics,
     registry: Arc<Registry>,
     store: ModelStore,
@@ -267,7 +295,7 @@ impl Engine {
                 });
                 newest.publish(&self.metrics);
                 tracing::info!(version = newest.meta.version, "resumed the stored model");
-                let keep = self.config.state.keep_models;
+                let keep = self.config.keep_models;
                 let mut oldest_first: Vec<StoredModel> = usable.into_iter().take(keep).collect();
                 oldest_first.reverse();
                 for m in oldest_first {
@@ -305,8 +333,7 @@ impl Engine {
     /// What this engine does: `Both` (default), `Trainer` (windows and retrains; unlabeled
     /// events are windowed, not scored) or `Scorer` (scores with models handed to
     /// [`Engine::install_remote`]; no windows, no retrains).
-    pub fn set_role(&mut self, role: crate::config::Role) {
-        use crate::config::Role;
+    pub fn set_role(&mut self, role: Role) {
         self.trains = role != Role::Scorer;
         self.scores = role != Role::Trainer;
     }
@@ -1086,7 +1113,7 @@ fn scale_kind(s: ScaleName) -> ScaleKind {
     }
 }
 
-fn kernel_of(cfg: &crate::config::ModelConfig, n_features: usize) -> Kernel {
+fn kernel_of(cfg: &ModelConfig, n_features: usize) -> Kernel {
     let default = match cfg.algorithm {
         AlgorithmName::Usmo => KernelName::Rbf,
         AlgorithmName::Tfpl => KernelName::Linear,
@@ -1103,7 +1130,7 @@ fn kernel_of(cfg: &crate::config::ModelConfig, n_features: usize) -> Kernel {
     }
 }
 
-fn algorithm_of(cfg: &crate::config::ModelConfig, n_features: usize) -> Result<Algorithm, String> {
+fn algorithm_of(cfg: &ModelConfig, n_features: usize) -> Result<Algorithm, String> {
     let kernel = kernel_of(cfg, n_features);
     let time_limit = cfg.time_limit.map(|d| d.0);
     match cfg.algorithm {
@@ -1128,7 +1155,7 @@ fn algorithm_of(cfg: &crate::config::ModelConfig, n_features: usize) -> Result<A
     }
 }
 
-fn threshold_spec(cfg: &crate::config::ModelConfig, with_negatives: bool) -> ThresholdSpec {
+fn threshold_spec(cfg: &ModelConfig, with_negatives: bool) -> ThresholdSpec {
     let method = match cfg.threshold {
         Some(ThresholdName::Oob) => ThresholdMethod::Oob,
         Some(ThresholdName::Umbrella) => ThresholdMethod::Umbrella,
@@ -1154,7 +1181,7 @@ fn threshold_spec(cfg: &crate::config::ModelConfig, with_negatives: bool) -> Thr
 }
 
 fn model_of(
-    cfg: &crate::config::ModelConfig,
+    cfg: &ModelConfig,
     scaler: Scaler,
     fit: Fit,
     fingerprint: Fingerprint,
@@ -1189,9 +1216,24 @@ fn fit_of(model: &Model) -> Fit {
 mod tests {
     use super::*;
     use crate::config::LoadedConfig;
-    use crate::engine::outputs::FileOutputs;
-    use crate::stream::dlq::DlqWriter;
     use crate::stream::record::RecordReader;
+
+    /// These tests read the registry, not the outputs.
+    struct Discard;
+
+    impl Outputs for Discard {
+        fn score(&mut self, _: ScoreOutput, _: Option<Origin>) -> Result<(), OutputError> {
+            Ok(())
+        }
+
+        fn dead_letter(&mut self, _: &DlqRecord) -> Result<(), OutputError> {
+            Ok(())
+        }
+
+        fn flush(&mut self) -> Result<(), OutputError> {
+            Ok(())
+        }
+    }
 
     const STREAM: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -1208,15 +1250,14 @@ mod tests {
         let config = loaded.config;
         let registry = Arc::new(Registry::new(5));
         let store = ModelStore::open(&config.state.dir, 5).expect("store");
-        let dlq = DlqWriter::open(&dir.join("dlq.jsonl")).expect("dlq");
         let metrics = Metrics::new(&prometheus::Registry::new()).expect("metrics");
         let e = Engine::new(
             EngineParts {
-                config,
+                config: EngineConfig::of(&config),
                 metrics,
                 registry: Arc::clone(&registry),
                 store,
-                outputs: Box::new(FileOutputs::new(Box::new(std::io::sink()), dlq)),
+                outputs: Box::new(Discard),
                 cancel: Arc::new(AtomicBool::new(false)),
             },
             false,

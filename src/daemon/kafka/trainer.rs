@@ -1,0 +1,56 @@
+//! The training thread of a deferred retrain: polling and scoring never wait for a solver.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use crate::engine::machine::{Engine, RetrainJob, RetrainOutcome, TrainedRetrain};
+
+pub(super) struct Trainer {
+    pub(super) handle: JoinHandle<()>,
+    result: mpsc::Receiver<TrainedRetrain>,
+}
+
+impl Trainer {
+    pub(super) fn start(job: RetrainJob) -> std::io::Result<Trainer> {
+        let (tx, result) = mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("neyman-train".into())
+            .spawn(move || {
+                let _ = tx.send(job.run());
+            })?;
+        Ok(Trainer { handle, result })
+    }
+
+    /// The result if training ended: `Some(Ok)` trained, `Some(Err)` the thread died.
+    pub(super) fn poll(&self) -> Option<Result<TrainedRetrain, String>> {
+        match self.result.try_recv() {
+            Ok(trained) => Some(Ok(trained)),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => {
+                Some(Err("the training thread ended without a result".into()))
+            }
+        }
+    }
+
+    pub(super) fn wait(self) -> Result<TrainedRetrain, String> {
+        let trained = self
+            .result
+            .recv()
+            .map_err(|_| "the training thread ended without a result".to_string());
+        let _ = self.handle.join();
+        trained
+    }
+}
+
+pub(super) fn finish_training(engine: &mut Engine, result: Result<TrainedRetrain, String>) -> bool {
+    match result {
+        Ok(trained) => matches!(
+            engine.complete_retrain(trained),
+            RetrainOutcome::Swapped { .. }
+        ),
+        Err(detail) => {
+            engine.abandon_retrain(detail);
+            false
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Running the service: the [`Engine`] fed from a recorded stream ([`replay`]) or from Kafka
+//! ([`kafka`]), the HTTP API beside it, and the shutdown.
+//!
+//! [`run`] is the library entry the `run` and `replay` commands call: it builds what every
+//! daemon shares (metrics on an injected registry, the model store, the registry of the active
+//! model, the admin token), starts the HTTP API on `[http] listen` from start to exit, and
+//! runs the source on a blocking thread until it ends or `shutdown` resolves. Then intake
+//! stops, a retrain in flight is cancelled (counted as cancelled), the events still waiting for
+//! a model are emitted as unscored, the sinks are flushed, and open HTTP requests get at most
+//! `log.shutdown_timeout`. Accepted models are already on disk when they are installed.
+//!
+//! A recorded stream at `--speed max` (the default) uses event time as its only clock and
+//! runs retrains inline, so the same input, config and empty state give byte-identical scores;
+//! `realtime` and `xN` sleep between records by their event-time gaps. On Kafka, missing
+//! topics are created, the group is joined, and at shutdown outputs are drained (at most
+//! `log.shutdown_timeout`), offsets committed and the group left; `[source] path` and
+//! `[output]` are not used.
+
+pub mod kafka;
+pub mod replay;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{admin_token, Config, HttpConfig, Secret};
+use crate::engine::machine::{Engine, EngineConfig, EngineParts};
+use crate::engine::outputs::Outputs;
+use crate::engine::registry::Registry;
+use crate::engine::store::ModelStore;
+use crate::serve::{bind, serve, AppState, HttpLimits};
+use crate::stream::EventLimits;
+use crate::telemetry::Metrics;
+
+/// Why the daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// A configuration or option mistake (the command exits 2).
+    #[error("{0}")]
+    Usage(String),
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+    #[error(transparent)]
+    Kafka(#[from] crate::stream::kafka::KafkaError),
+    #[error("kafka source: {0}")]
+    KafkaRun(#[from] kafka::KafkaRunError),
+    /// Anything else at run time: the engine, its sinks, the HTTP listener, the runtime.
+    #[error("daemon: {0}")]
+    Runtime(String),
+}
+
+impl DaemonError {
+    fn file(path: &std::path::Path, message: impl std::fmt::Display) -> DaemonError {
+        DaemonError::File {
+            path: path.display().to_string(),
+            message: message.to_string(),
+        }
+    }
+
+    fn runtime(e: impl std::fmt::Display) -> DaemonError {
+        DaemonError::Runtime(e.to_string())
+    }
+}
+
+/// Where the events come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A recorded-stream file, in file order; `speed` is `None` for as fast as possible, else
+    /// the factor on event-time gaps (1 = real time).
+    Replay { path: PathBuf, speed: Option<f64> },
+    /// The `[kafka]` topics.
+    Kafka,
+}
+
+/// How to run, besides the configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub source: Source,
+    /// Serve the newest stored model of this configuration at once.
+    pub resume: bool,
+    /// Keep answering HTTP after a recorded stream ends, until `shutdown`.
+    pub keep_serving: bool,
+    /// Worker threads of the async runtime (HTTP).
+    pub threads: usize,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Messages handled (scored, windowed or dead-lettered).
+    pub handled: u64,
+    /// Kafka: messages re-read after a restart that only rebuilt a window.
+    pub restored: u64,
+    /// Kafka: outputs still unacknowledged when the shutdown deadline passed (their input
+    /// offsets were not committed, so they are read again by the next member).
+    pub unacknowledged: usize,
+}
+
+/// Runs the daemon until its source ends (and, with `keep_serving`, until `shutdown`) or
+/// `shutdown` resolves; see the module docs.
+pub fn run(
+    config: Config,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Summary, DaemonError> {
+    // The `[kafka]` section is checked before anything is created.
+    let source = match options.source {
+        Source::Replay { path, speed } => Input::Replay { path, speed },
+        Source::Kafka => Input::Kafka(Box::new(config.kafka.clone().ok_or_else(|| {
+            DaemonError::Usage("source.kind = \"kafka\" needs a [kafka] section".into())
+        })?)),
+    };
+    let service = Service::new(&config)?;
+    let runtime = runtime(options.threads)?;
+    let http = config.http.clone();
+    let shutdown_timeout = config.log.shutdown_timeout.0;
+    let limits = EventLimits {
+        max_bytes: config.scoring.max_event_bytes,
+        ..EventLimits::default()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let cancel = Arc::clone(&service.cancel);
+    let (intake, keep_serving): (Intake, bool) = match source {
+        Input::Replay { path, speed } => {
+            let outputs = replay::file_outputs(&config.output)?;
+            let engine = service.engine(&config, Box::new(outputs), options.resume)?;
+            let reader = replay::open(&path)?;
+            let stop = Arc::clone(&stop);
+            let intake = move || replay::run(engine, reader, speed, &stop);
+            (Box::new(intake), options.keep_serving)
+        }
+        Input::Kafka(k) => {
+            let created = runtime.block_on(async {
+                let admin = crate::stream::kafka::admin_client(&k)?;
+                crate::stream::kafka::ensure_topics(&admin, &k).await
+            })?;
+            if !created.is_empty() {
+                tracing::info!(topics = ?created, "created missing topics");
+            }
+            let (clients, outputs) = kafka::connect(&k, &service.metrics)?;
+            let engine = service.engine(&config, Box::new(outputs), options.resume)?;
+            let metrics = service.metrics.clone();
+            let stop = Arc::clone(&stop);
+            let intake = move || {
+                let summary = kafka::run(engine, clients, &metrics, &stop, shutdown_timeout)?;
+                tracing::info!(
+                    handled = summary.handled,
+                    restored = summary.restored,
+                    unacknowledged = summary.unacknowledged,
+                    "kafka source stopped"
+                );
+                Ok(summary)
+            };
+            (Box::new(intake), false)
+        }
+    };
+    let state = service.app_state(&http, limits);
+    runtime.block_on(serve_while(
+        ServeWhile {
+            http,
+            state,
+            shutdown_timeout,
+            keep_serving,
+            stop,
+            cancel,
+        },
+        shutdown,
+        intake,
+    ))
+}
+
+/// Resolves on SIGINT or SIGTERM: the `shutdown` of the commands.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+/// A [`Source`] with what it needs from the configuration.
+enum Input {
+    Replay { path: PathBuf, speed: Option<f64> },
+    Kafka(Box<crate::config::KafkaConfig>),
+}
+
+/// A source's loop, run on a blocking thread.
+type Intake = Box<dyn FnOnce() -> Result<Summary, DaemonError> + Send + 'static>;
+
+/// What every daemon shares, whatever its source.
+struct Service {
+    prometheus: prometheus::Registry,
+    metrics: Metrics,
+    store: ModelStore,
+    registry: Arc<Registry>,
+    admin_token: Option<Secret>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Service {
+    fn new(config: &Config) -> Result<Service, DaemonError> {
+        let admin_token =
+            admin_token(&config.http).map_err(|e| DaemonError::Usage(e.to_string()))?;
+        let prometheus = prometheus::Registry::new();
+        let metrics = Metrics::new(&prometheus).map_err(DaemonError::runtime)?;
+        let store = ModelStore::open(&config.state.dir, config.state.keep_models)
+            .map_err(DaemonError::runtime)?;
+        Ok(Service {
+            prometheus,
+            metrics,
+            store,
+            registry: Arc::new(Registry::new(config.state.keep_models)),
+            admin_token,
+            cancel: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    fn engine(
+        &self,
+        config: &Config,
+        outputs: Box<dyn Outputs>,
+        resume: bool,
+    ) -> Result<Engine, DaemonError> {
+        Engine::new(
+            EngineParts {
+                config: EngineConfig::of(config),
+                metrics: self.metrics.clone(),
+                registry: Arc::clone(&self.registry),
+                store: self.store.clone(),
+                outputs,
+                cancel: Arc::clone(&self.cancel),
+            },
+            resume,
+        )
+        .map_err(DaemonError::runtime)
+    }
+
+    fn app_state(self, http: &HttpConfig, limits: EventLimits) -> AppState {
+        AppState {
+            registry: self.registry,
+            store: Some(self.store),
+            metrics: self.metrics,
+            prometheus: self.prometheus,
+            admin_token: self.admin_token,
+            limits: HttpLimits::new(http, limits),
+        }
+    }
+}
+
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, DaemonError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()
+        .map_err(DaemonError::runtime)
+}
+
+/// The HTTP side of a run and the flags that stop its intake.
+struct ServeWhile {
+    http: HttpConfig,
+    state: AppState,
+    shutdown_timeout: Duration,
+    keep_serving: bool,
+    /// Read by the intake: stop taking input.
+    stop: Arc<AtomicBool>,
+    /// Read by the engine: cancel a retrain in flight.
+    cancel: Arc<AtomicBool>,
+}
+
+/// Serves HTTP while `intake` runs on a blocking thread; `shutdown` sets `stop` and `cancel`.
+/// After the intake ends, keeps serving until `shutdown` if `keep_serving`, then stops the
+/// server, waiting at most `shutdown_timeout` for open requests.
+async fn serve_while(
+    serving: ServeWhile,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    intake: Intake,
+) -> Result<Summary, DaemonError> {
+    let ServeWhile {
+        http,
+        state,
+        shutdown_timeout,
+        keep_serving,
+        stop,
+        cancel,
+    } = serving;
+    let listener = bind(&http.listen).await.map_err(DaemonError::runtime)?;
+    let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+    let mut wait_stop = http_stopped.clone();
+    let server = tokio::spawn(serve(listener, state, async move {
+        let _ = wait_stop.wait_for(|&stopped| stopped).await;
+    }));
+    let signalled = Arc::new(AtomicBool::new(false));
+    let on_signal = {
+        let (stop, signalled) = (Arc::clone(&stop), Arc::clone(&signalled));
+        tokio::spawn(async move {
+            shutdown.await;
+            tracing::info!("shutdown requested: stopping intake, cancelling any retrain");
+            signalled.store(true, Ordering::SeqCst);
+            stop.store(true, Ordering::SeqCst);
+            cancel.store(true, Ordering::SeqCst);
+        })
+    };
+    let intake = tokio::task::spawn_blocking(intake);
+    let summary = intake.await.map_err(DaemonError::runtime)??;
+    if keep_serving && !signalled.load(Ordering::SeqCst) {
+        tracing::info!("still serving HTTP; SIGINT or SIGTERM stops");
+        let _ = on_signal.await;
+    } else {
+        on_signal.abort();
+    }
+    let _ = stop_http.send(true);
+    match tokio::time::timeout(shutdown_timeout, server).await {
+        Ok(joined) => joined
+            .map_err(DaemonError::runtime)?
+            .map_err(DaemonError::runtime)?,
+        Err(_) => tracing::warn!(
+            seconds = shutdown_timeout.as_secs_f64(),
+            "HTTP requests still open at log.shutdown_timeout; exiting anyway"
+        ),
+    }
+    Ok(summary)
+}

@@ -1,0 +1,112 @@
+//! The daemon on a recorded stream: every record, in file order, to the [`Engine`]; scores
+//! and dead letters to files ([`FileOutputs`]).
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{DaemonError, Summary};
+use crate::config::OutputConfig;
+use crate::engine::machine::Engine;
+use crate::engine::outputs::{Origin, OutputError, Outputs};
+use crate::engine::scoring::ScoreOutput;
+use crate::stream::dlq::{DlqRecord, DlqWriter};
+use crate::stream::record::RecordReader;
+
+/// Scores as JSON lines to a writer (a file or stdout), dead letters to a [`DlqWriter`].
+pub struct FileOutputs {
+    scores: Box<dyn Write + Send>,
+    dlq: DlqWriter,
+}
+
+impl FileOutputs {
+    pub fn new(scores: Box<dyn Write + Send>, dlq: DlqWriter) -> FileOutputs {
+        FileOutputs { scores, dlq }
+    }
+}
+
+impl Outputs for FileOutputs {
+    fn score(&mut self, output: ScoreOutput, _origin: Option<Origin>) -> Result<(), OutputError> {
+        writeln!(self.scores, "{}", output.to_json_line()).map_err(OutputError::Scores)
+    }
+
+    fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError> {
+        Ok(self.dlq.write(letter)?)
+    }
+
+    fn flush(&mut self) -> Result<(), OutputError> {
+        self.scores.flush().map_err(OutputError::Scores)?;
+        Ok(self.dlq.flush()?)
+    }
+}
+
+/// The `[output]` files (scores appended, `-` for stdout; the dead-letter file), their
+/// directories created.
+pub fn file_outputs(output: &OutputConfig) -> Result<FileOutputs, DaemonError> {
+    let scores: Box<dyn Write + Send> = if output.scores.as_os_str() == "-" {
+        Box::new(std::io::BufWriter::new(std::io::stdout()))
+    } else {
+        let path = &output.scores;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| DaemonError::file(dir, e))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| DaemonError::file(path, e))?;
+        Box::new(std::io::BufWriter::new(file))
+    };
+    if let Some(dir) = output.dlq.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| DaemonError::file(dir, e))?;
+    }
+    let dlq = DlqWriter::open(&output.dlq).map_err(|e| DaemonError::file(&output.dlq, e))?;
+    Ok(FileOutputs::new(scores, dlq))
+}
+
+/// The recorded stream at `path`.
+pub fn open(path: &Path) -> Result<RecordReader, DaemonError> {
+    RecordReader::open(path).map_err(|e| DaemonError::file(path, e))
+}
+
+/// Feeds every record to the engine until the end of input or `stop`; then emits what still
+/// waits for a model as unscored and flushes the sinks. With a `speed`, sleeps between
+/// records by their event-time gaps divided by it.
+pub fn run(
+    mut engine: Engine,
+    reader: RecordReader,
+    speed: Option<f64>,
+    stop: &AtomicBool,
+) -> Result<Summary, DaemonError> {
+    let started = Instant::now();
+    let mut first_ts = None;
+    let mut handled = 0u64;
+    for record in reader {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let record = record.map_err(DaemonError::runtime)?;
+        if let Some(factor) = speed {
+            let first = *first_ts.get_or_insert(record.ts);
+            let due = Duration::from_secs_f64(
+                (record.ts.saturating_sub(first)).max(0) as f64 / 1000.0 / factor,
+            );
+            // Short naps, so a shutdown never waits for a long event-time gap.
+            while let Some(wait) = due.checked_sub(started.elapsed()) {
+                if stop.load(Ordering::SeqCst) || wait.is_zero() {
+                    break;
+                }
+                std::thread::sleep(wait.min(Duration::from_millis(100)));
+            }
+        }
+        engine.handle(&record).map_err(DaemonError::runtime)?;
+        handled += 1;
+    }
+    engine.finish().map_err(DaemonError::runtime)?;
+    tracing::info!(events = handled, "end of the recorded stream");
+    Ok(Summary {
+        handled,
+        ..Summary::default()
+    })
+}
