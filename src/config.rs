@@ -26,6 +26,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::data::ScaleKind;
+use crate::learn::spec::{
+    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, SolverLimits, TfplSpec, ThresholdSettings,
+    UsmoSpec,
+};
+use crate::learn::tfpl::TfplSolver;
+use crate::learn::threshold::{OobRule, ThresholdMethod};
+
 /// Top-level tables; the first word of a `NEYMAN_` variable must be one of them to be an
 /// override.
 pub const SECTIONS: [&str; 11] = [
@@ -495,6 +503,69 @@ pub struct ModelConfig {
     /// Seed of every random choice in training (calibration splits, bootstrap).
     #[serde(default)]
     pub seed: u64,
+}
+
+impl ModelConfig {
+    /// The learner these settings describe: the one place the `[model]` table maps into
+    /// [`LearnerSpec`]. A missing `prior_min` or `prior_max` is `prior`; the threshold method
+    /// is left to the data (umbrella with negatives, else pu-umbrella) unless `threshold` is
+    /// set.
+    pub fn learner_spec(&self) -> LearnerSpec {
+        let algorithm = match self.algorithm {
+            AlgorithmName::Usmo => AlgorithmSpec::Usmo(UsmoSpec {
+                prior: self.prior,
+                lambda: self.lambda,
+                cache_bytes: self.cache_mb.saturating_mul(1 << 20),
+            }),
+            AlgorithmName::Tfpl => AlgorithmSpec::Tfpl(TfplSpec {
+                rank_tau: self.rank_tau,
+                reg: self.reg,
+                solver: TfplSolver::Auto,
+                max_gram_bytes: self.max_gram_mb.saturating_mul(1 << 20),
+            }),
+        };
+        LearnerSpec {
+            algorithm,
+            kernel: KernelSpec {
+                kind: self.kernel.map(|k| match k {
+                    KernelName::Linear => KernelKind::Linear,
+                    KernelName::Rbf => KernelKind::Rbf,
+                    KernelName::Poly => KernelKind::Poly,
+                }),
+                gamma: self.gamma,
+                degree: self.degree,
+                coef0: self.coef0,
+            },
+            scale: match self.scale {
+                ScaleName::None => ScaleKind::None,
+                ScaleName::Standard => ScaleKind::Standard,
+                ScaleName::Minmax => ScaleKind::MinMax,
+            },
+            limits: SolverLimits {
+                tol: self.tol,
+                max_iter: self.max_iter,
+                time_limit: self.time_limit.map(|d| d.0),
+            },
+            threshold: Some(ThresholdSettings {
+                method: self.threshold.map(|t| match t {
+                    ThresholdName::Oob => ThresholdMethod::Oob,
+                    ThresholdName::Umbrella => ThresholdMethod::Umbrella,
+                    ThresholdName::PuUmbrella => ThresholdMethod::PuUmbrella,
+                }),
+                tau: self.tau,
+                delta: self.delta,
+                calibration_fraction: f64::from(self.calibration_percent) / 100.0,
+                prior_min: self.prior_min.or(self.prior),
+                prior_max: self.prior_max.or(self.prior),
+                rounds: self.rounds,
+                oob_rule: match self.oob_rule {
+                    OobRuleName::Quantile => OobRule::Quantile,
+                    OobRuleName::Npscore => OobRule::NpScore,
+                },
+            }),
+            seed: self.seed,
+        }
+    }
 }
 
 fn default_delta() -> f64 {

@@ -400,7 +400,7 @@ pub struct ModelArgs {
     /// cross-validation when absent).
     #[arg(allow_negative_numbers = true, long)]
     pub reg: Option<f64>,
-    /// Kernel (required for usmo; tfpl defaults to linear).
+    /// Kernel (default: rbf for usmo, linear for tfpl).
     #[arg(long, value_enum)]
     pub kernel: Option<KernelName>,
     /// RBF/poly γ (default 1/n_features).

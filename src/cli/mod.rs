@@ -24,13 +24,14 @@ use serde_json::json;
 
 use crate::config::LoadedConfig;
 use crate::data::{read, DataError, Dataset, Label, Rows, Scaler};
-use crate::learn::calibrate::{
-    tfpl_scaler, usmo_scaler, Algorithm, CalibrateError, Fit, ThresholdSpec,
+use crate::learn::calibrate::{tfpl_scaler, usmo_scaler, CalibrateError};
+use crate::learn::model::{Fingerprint, Model, ModelError};
+use crate::learn::spec::{
+    model_of, AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, SolverLimits, SpecError,
+    TfplSpec, ThresholdSettings, UsmoSpec,
 };
-use crate::learn::kernel::Kernel;
-use crate::learn::model::{Fingerprint, Model, ModelError, TfplEntry, UsmoEntry};
-use crate::learn::tfpl::{TfplParams, TfplValidParams};
-use crate::learn::usmo::{UsmoError, UsmoParams, UsmoValidParams};
+use crate::learn::tfpl::TfplValidParams;
+use crate::learn::usmo::{UsmoError, UsmoValidParams};
 use crate::learn::Scorer;
 
 use args::{
@@ -119,17 +120,76 @@ fn read_data(args: &DataArgs) -> Result<Dataset, CliError> {
     Ok(read(&args.data, &args.read.options(false))?)
 }
 
-/// The kernel of the flags (`default` when `--kernel` is absent); γ defaults to 1/n_features.
-fn kernel_of(args: &ModelArgs, n_features: usize, default: KernelName) -> Kernel {
-    let gamma = args.gamma.unwrap_or(1.0 / n_features.max(1) as f64);
-    match args.kernel.unwrap_or(default) {
-        KernelName::Linear => Kernel::Linear,
-        KernelName::Rbf => Kernel::Rbf { gamma },
-        KernelName::Poly => Kernel::Poly {
-            degree: args.degree,
-            gamma,
-            coef0: args.coef0,
-        },
+/// The kernel flags (the kind's default is the algorithm's: rbf for usmo, linear for tfpl).
+fn kernel_spec(args: &ModelArgs) -> KernelSpec {
+    KernelSpec {
+        kind: args.kernel.map(|k| match k {
+            KernelName::Linear => KernelKind::Linear,
+            KernelName::Rbf => KernelKind::Rbf,
+            KernelName::Poly => KernelKind::Poly,
+        }),
+        gamma: args.gamma,
+        degree: args.degree,
+        coef0: args.coef0,
+    }
+}
+
+fn solver_limits(args: &ModelArgs) -> SolverLimits {
+    SolverLimits {
+        tol: args.tol,
+        max_iter: args.max_iter,
+        time_limit: args.time_limit,
+    }
+}
+
+fn usmo_spec(args: &ModelArgs, lambda: f64) -> Result<UsmoSpec, CliError> {
+    let prior = args
+        .prior
+        .ok_or_else(|| CliError::Usage("--algo usmo needs --prior".into()))?;
+    Ok(UsmoSpec {
+        prior: Some(prior),
+        lambda,
+        cache_bytes: args.cache_mb.saturating_mul(1 << 20),
+    })
+}
+
+fn tfpl_spec(args: &ModelArgs, reg: f64) -> TfplSpec {
+    TfplSpec {
+        rank_tau: None,
+        reg,
+        solver: args.solver.into(),
+        max_gram_bytes: args.max_gram_mb.saturating_mul(1 << 20),
+    }
+}
+
+/// The one place the model flags map into a [`LearnerSpec`]: `regularisation` is λ (usmo) or
+/// R (tfpl), given by the caller (train: the flag or its default; eval: the flag or a
+/// cross-validated choice). No threshold; train adds it from `--tau`.
+fn learner_spec(
+    algo: Algo,
+    args: &ModelArgs,
+    regularisation: f64,
+) -> Result<LearnerSpec, CliError> {
+    let algorithm = match algo {
+        Algo::Usmo => AlgorithmSpec::Usmo(usmo_spec(args, regularisation)?),
+        Algo::Tfpl => AlgorithmSpec::Tfpl(tfpl_spec(args, regularisation)),
+    };
+    Ok(LearnerSpec {
+        algorithm,
+        kernel: kernel_spec(args),
+        scale: args.scale.into(),
+        limits: solver_limits(args),
+        threshold: None,
+        seed: 0,
+    })
+}
+
+impl From<SpecError> for CliError {
+    fn from(e: SpecError) -> CliError {
+        match e {
+            SpecError::Usmo(u) => u.into(),
+            SpecError::Tfpl(t) => CliError::Usage(t.to_string()),
+        }
     }
 }
 
@@ -139,21 +199,8 @@ fn usmo_params(
     lambda: f64,
     n_features: usize,
 ) -> Result<UsmoValidParams, CliError> {
-    let prior = args
-        .prior
-        .ok_or_else(|| CliError::Usage("--algo usmo needs --prior".into()))?;
-    if args.kernel.is_none() {
-        return Err(CliError::Usage(
-            "--algo usmo needs --kernel linear|rbf|poly".into(),
-        ));
-    }
-    let kernel = kernel_of(args, n_features, KernelName::Linear);
-    let mut params = UsmoParams::new(prior, lambda, kernel);
-    params.tol = args.tol.unwrap_or(params.tol);
-    params.max_iter = args.max_iter;
-    params.time_limit = args.time_limit;
-    params.cache_bytes = args.cache_mb.saturating_mul(1 << 20);
-    Ok(params.check()?)
+    let spec = usmo_spec(args, lambda)?;
+    Ok(spec.params(&kernel_spec(args), &solver_limits(args), n_features)?)
 }
 
 /// R when `--reg` is absent (train; eval chooses R by cross-validation instead).
@@ -166,19 +213,19 @@ fn tfpl_params(
     reg: f64,
     n_features: usize,
 ) -> Result<TfplValidParams, CliError> {
-    let mut params = TfplParams::new(rank_tau, reg);
-    params.kernel = kernel_of(args, n_features, KernelName::Linear);
-    params.solver = args.solver.into();
-    params.tol = args.tol.unwrap_or(params.tol);
-    params.max_iter = args.max_iter;
-    params.time_limit = args.time_limit;
-    params.max_gram_bytes = args.max_gram_mb.saturating_mul(1 << 20);
-    params.check().map_err(|e| CliError::Usage(e.to_string()))
+    tfpl_spec(args, reg)
+        .params(
+            rank_tau,
+            &kernel_spec(args),
+            &solver_limits(args),
+            n_features,
+        )
+        .map_err(|e| CliError::Usage(e.to_string()))
 }
 
-/// The training rows' scaler: for USMO fitted on the positives and unlabeled rows (the rows it
-/// trains on), never on evaluation negatives; for τ-FPL fitted on every row and then divided by
-/// the largest scaled row norm, so ‖x‖ ≤ 1 on the training rows (note §6.15).
+/// The training rows' scaler (see [`crate::learn::spec::Learner::scaler`]): for usmo fitted on
+/// the positives and unlabeled rows it trains on, never on evaluation negatives; for τ-FPL on
+/// every row, then divided by the largest scaled row norm, so ‖x‖ ≤ 1 on the training rows.
 fn fit_scaler(args: &ModelArgs, algo: Algo, data: &Dataset) -> Scaler {
     match algo {
         Algo::Usmo => usmo_scaler(args.scale.into(), data),
@@ -231,22 +278,17 @@ fn write_atomic_with(
     crate::engine::store::write_atomic_with(path, fill, |e| CliError::file(path, e))
 }
 
-/// The threshold flags as a spec, if `--tau` was given.
-fn threshold_spec(args: &ThresholdArgs, seed: u64) -> Option<ThresholdSpec> {
-    let tau = args.tau?;
-    Some(ThresholdSpec {
+/// The threshold flags as settings, if `--tau` was given.
+fn threshold_settings(args: &ThresholdArgs) -> Option<ThresholdSettings> {
+    Some(ThresholdSettings {
         method: args.threshold.map(Into::into),
-        tau,
+        tau: args.tau?,
         delta: args.delta,
         calibration_fraction: args.calibration_fraction,
-        prior_interval: match (args.prior_min, args.prior_max) {
-            (Some(lo), Some(hi)) => Some((lo, hi)),
-            (Some(v), None) | (None, Some(v)) => Some((v, v)),
-            (None, None) => None,
-        },
+        prior_min: args.prior_min,
+        prior_max: args.prior_max,
         rounds: args.rounds,
         oob_rule: args.oob_rule.into(),
-        seed,
     })
 }
 
@@ -270,25 +312,26 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         });
     }
     let n_features = data.rows.n_features();
-    let spec = threshold_spec(&args.threshold, args.seed);
-    let algorithm = match args.algo {
-        Algo::Usmo => {
-            let lambda = args
-                .model
-                .lambda
-                .ok_or_else(|| CliError::Usage("--algo usmo needs --lambda".into()))?;
-            Algorithm::Usmo(usmo_params(&args.model, lambda, n_features)?)
-        }
+    let regularisation = match args.algo {
+        Algo::Usmo => args
+            .model
+            .lambda
+            .ok_or_else(|| CliError::Usage("--algo usmo needs --lambda".into()))?,
         Algo::Tfpl => {
-            let tau = args
-                .threshold
-                .tau
-                .ok_or_else(|| CliError::Usage("--algo tfpl needs --tau".into()))?;
-            let rank_tau = args.threshold.rank_tau.unwrap_or(tau);
-            let reg = args.model.reg.unwrap_or(DEFAULT_REG);
-            Algorithm::Tfpl(tfpl_params(&args.model, rank_tau, reg, n_features)?)
+            if args.threshold.tau.is_none() {
+                return Err(CliError::Usage("--algo tfpl needs --tau".into()));
+            }
+            args.model.reg.unwrap_or(DEFAULT_REG)
         }
     };
+    let mut spec = learner_spec(args.algo, &args.model, regularisation)?;
+    if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
+        s.rank_tau = args.threshold.rank_tau;
+    }
+    spec.threshold = threshold_settings(&args.threshold);
+    spec.seed = args.seed;
+    let learner = spec.check()?;
+    let algorithm = learner.solver(n_features)?;
     let previous = match &args.warm_start {
         Some(path) => Some(read_model(path)?),
         None => None,
@@ -302,26 +345,24 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
                 n_features
             )))
         }
-        Some(Model::Usmo(e)) if args.algo == Algo::Usmo => {
-            (e.scaler.clone(), Some(Fit::Usmo(e.fit.clone())))
-        }
-        Some(Model::Tfpl(e)) if args.algo == Algo::Tfpl => {
-            (e.scaler.clone(), Some(Fit::Tfpl(e.fit.clone())))
-        }
-        Some(other) => {
-            return Err(CliError::Usage(format!(
-                "--warm-start model is a {} model, not {}",
-                other.algorithm(),
-                algorithm_name(args.algo)
-            )))
-        }
-        None => (fit_scaler(&args.model, args.algo, &data), None),
+        Some(prev) => match learner.warm_start(prev) {
+            Some((scaler, fit)) => (scaler, Some(fit)),
+            None => {
+                return Err(CliError::Usage(format!(
+                    "--warm-start model is a {} model, not {}",
+                    prev.algorithm(),
+                    learner.name()
+                )))
+            }
+        },
+        None => (learner.scaler(&data), None),
     };
     let scaled = Dataset {
         rows: scaler.transform(&data.rows),
         labels: data.labels.clone(),
         ids: data.ids.clone(),
     };
+    let spec = learner.threshold_spec();
     let (fit, threshold) = with_spinner(args.quiet, "training", || match &spec {
         Some(spec) => algorithm
             .fit_with_threshold(previous_fit.as_ref(), spec, &scaled, cancel)
@@ -330,30 +371,16 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
             .fit(previous_fit.as_ref(), &scaled, cancel)
             .map(|f| (f, None)),
     })?;
-    let fingerprint = Fingerprint::of(&data);
-    let (model, mut report) = match fit {
-        Fit::Usmo(fit) => {
-            let report = json!(fit.report);
-            let entry = UsmoEntry {
-                scaler,
-                tol: fit_tol(&algorithm),
-                fit,
-                fingerprint,
-                threshold: threshold.clone(),
-            };
-            (Model::Usmo(entry), report)
-        }
-        Fit::Tfpl(fit) => {
-            let report = json!(fit.report);
-            let entry = TfplEntry {
-                scaler,
-                tol: fit_tol(&algorithm),
-                fit,
-                fingerprint,
-                threshold: threshold.clone(),
-            };
-            (Model::Tfpl(entry), report)
-        }
+    let model = model_of(
+        &algorithm,
+        scaler,
+        fit,
+        Fingerprint::of(&data),
+        threshold.clone(),
+    );
+    let mut report = match &model {
+        Model::Usmo(e) => json!(e.fit.report),
+        Model::Tfpl(e) => json!(e.fit.report),
     };
     write_atomic(&args.out, &model.to_file_bytes()?)?;
     if let (Some(t), Some(fields)) = (&threshold, report.as_object_mut()) {
@@ -389,20 +416,6 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         ),
     }
     Ok(())
-}
-
-fn algorithm_name(algo: Algo) -> &'static str {
-    match algo {
-        Algo::Usmo => "usmo",
-        Algo::Tfpl => "tfpl",
-    }
-}
-
-fn fit_tol(algorithm: &Algorithm) -> f64 {
-    match algorithm {
-        Algorithm::Usmo(p) => p.tol,
-        Algorithm::Tfpl(p) => p.tol,
-    }
 }
 
 /// `neyman score`: one line per row, `id,score` (CSV) or `{"id","score"}` (JSON Lines).

@@ -29,24 +29,19 @@ use std::time::Instant;
 
 use crate::codec::fnv1a64;
 use crate::config::{
-    AlgorithmName, Config, GateConfig, KernelName, ModelConfig, OobRuleName, RetrainConfig, Role,
-    ScaleName, ScoringConfig, ThresholdName, WindowsConfig,
+    Config, GateConfig, ModelConfig, RetrainConfig, Role, ScoringConfig, WindowsConfig,
 };
-use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
 use crate::engine::scoring::{score_one, ScoreOutput};
 use crate::engine::store::{ModelMeta, ModelStore, StoreError, StoredModel};
 use crate::engine::window::{in_calibration, Entry, InsertOutcome, Window, WindowConfig};
-use crate::learn::calibrate::{
-    tfpl_scaler, usmo_scaler, Algorithm, CalibrateError, Fit, ThresholdSpec,
-};
-use crate::learn::kernel::Kernel;
+use crate::learn::calibrate::{Algorithm, CalibrateError, Fit, ThresholdSpec};
 use crate::learn::metrics::np_score;
-use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
-use crate::learn::tfpl::TfplParams;
-use crate::learn::threshold::{binomial_upper_tail, OobRule, ThresholdMethod, ThresholdResult};
-use crate::learn::usmo::UsmoParams;
+use crate::learn::model::{Fingerprint, Model};
+use crate::learn::spec::{fit_of, model_of};
+use crate::learn::threshold::{binomial_upper_tail, ThresholdMethod, ThresholdResult};
 use crate::learn::Scorer;
 use crate::stream::dlq::DlqRecord;
 use crate::stream::event::{parse_event, Event, EventLimits, RejectReason, Rejection};
@@ -651,10 +646,7 @@ impl Engine {
     }
 
     fn count_retrain(&self, outcome: &RetrainOutcome, started: Instant) {
-        let algorithm = match self.config.model.algorithm {
-            AlgorithmName::Usmo => "usmo",
-            AlgorithmName::Tfpl => "tfpl",
-        };
+        let algorithm = self.config.model.learner_spec().algorithm.name();
         let result = match outcome {
             RetrainOutcome::Swapped { version } => {
                 tracing::info!(version, "retrained model swapped in");
@@ -708,29 +700,42 @@ impl Engine {
             "positive_unlabeled"
         };
         tracing::debug!(mode, rows = snapshot.data.len(), "training snapshot");
-        let cfg = &self.config.model;
-        let learner = self.learner.get_or_insert_with(|| {
-            let kind = scale_kind(cfg.scale);
-            let scaler = match cfg.algorithm {
-                AlgorithmName::Usmo => usmo_scaler(kind, &snapshot.data),
-                AlgorithmName::Tfpl => tfpl_scaler(kind, &snapshot.data),
-            };
-            Learner {
-                scaler,
-                previous: None,
-            }
+        let spec =
+            self.config
+                .model
+                .learner_spec()
+                .check()
+                .map_err(|e| RetrainOutcome::Failed {
+                    detail: e.to_string(),
+                })?;
+        let learner = self.learner.get_or_insert_with(|| Learner {
+            scaler: spec.scaler(&snapshot.data),
+            previous: None,
         });
         let scaled = Dataset {
             rows: learner.scaler.transform(&snapshot.data.rows),
             labels: snapshot.data.labels.clone(),
             ids: snapshot.data.ids.clone(),
         };
-        let algorithm =
-            algorithm_of(cfg, n_features).map_err(|detail| RetrainOutcome::Failed { detail })?;
+        let algorithm = spec
+            .solver(n_features)
+            .map_err(|e| RetrainOutcome::Failed {
+                detail: e.to_string(),
+            })?;
+        let mut threshold = spec
+            .threshold_spec()
+            .ok_or_else(|| RetrainOutcome::Failed {
+                detail: "the daemon's learner has no threshold".into(),
+            })?;
+        threshold.method.get_or_insert(if with_negatives {
+            ThresholdMethod::Umbrella
+        } else {
+            ThresholdMethod::PuUmbrella
+        });
         Ok(RetrainJob {
             started,
             n_features,
-            spec: threshold_spec(cfg, with_negatives),
+            spec: threshold,
             snapshot,
             scaled,
             scaler: learner.scaler.clone(),
@@ -762,12 +767,10 @@ impl Engine {
                 }
             }
         };
-        let (iterations, kernel_values) = match &fit {
-            Fit::Usmo(m) => (m.report.iterations, m.report.kernel_evaluations),
-            Fit::Tfpl(m) => (m.report.iterations, 0),
-        };
-        self.metrics.solver_iterations.inc_by(iterations);
-        self.metrics.solver_kernel_evaluations.inc_by(kernel_values);
+        self.metrics.solver_iterations.inc_by(fit.iterations());
+        self.metrics
+            .solver_kernel_evaluations
+            .inc_by(fit.kernel_evaluations());
         let finite = fit.expansion().coef.iter().all(|c| c.is_finite())
             && fit.expansion().bias.is_finite()
             && threshold.threshold.is_finite();
@@ -781,11 +784,11 @@ impl Engine {
             learner.previous = Some(fit.clone());
         }
         let model = model_of(
-            &self.config.model,
+            &job.algorithm,
             job.scaler,
             fit,
             Fingerprint::of(&job.scaled),
-            threshold,
+            Some(threshold),
         );
         let snapshot = job.snapshot;
         if let Some(rejection) = self.gate(&model, &snapshot) {
@@ -1102,113 +1105,6 @@ impl Rolling {
 
     fn rate(&self) -> f64 {
         self.flagged as f64 / self.flags.len().max(1) as f64
-    }
-}
-
-fn scale_kind(s: ScaleName) -> ScaleKind {
-    match s {
-        ScaleName::None => ScaleKind::None,
-        ScaleName::Standard => ScaleKind::Standard,
-        ScaleName::Minmax => ScaleKind::MinMax,
-    }
-}
-
-fn kernel_of(cfg: &ModelConfig, n_features: usize) -> Kernel {
-    let default = match cfg.algorithm {
-        AlgorithmName::Usmo => KernelName::Rbf,
-        AlgorithmName::Tfpl => KernelName::Linear,
-    };
-    let gamma = cfg.gamma.unwrap_or(1.0 / n_features.max(1) as f64);
-    match cfg.kernel.unwrap_or(default) {
-        KernelName::Linear => Kernel::Linear,
-        KernelName::Rbf => Kernel::Rbf { gamma },
-        KernelName::Poly => Kernel::Poly {
-            degree: cfg.degree,
-            gamma,
-            coef0: cfg.coef0,
-        },
-    }
-}
-
-fn algorithm_of(cfg: &ModelConfig, n_features: usize) -> Result<Algorithm, String> {
-    let kernel = kernel_of(cfg, n_features);
-    let time_limit = cfg.time_limit.map(|d| d.0);
-    match cfg.algorithm {
-        AlgorithmName::Usmo => {
-            let prior = cfg.prior.ok_or("usmo needs model.prior")?;
-            let mut p = UsmoParams::new(prior, cfg.lambda, kernel);
-            p.tol = cfg.tol.unwrap_or(p.tol);
-            p.max_iter = cfg.max_iter;
-            p.time_limit = time_limit;
-            p.cache_bytes = cfg.cache_mb.saturating_mul(1 << 20);
-            p.check().map(Algorithm::Usmo).map_err(|e| e.to_string())
-        }
-        AlgorithmName::Tfpl => {
-            let mut p = TfplParams::new(cfg.rank_tau.unwrap_or(cfg.tau), cfg.reg);
-            p.kernel = kernel;
-            p.tol = cfg.tol.unwrap_or(p.tol);
-            p.max_iter = cfg.max_iter;
-            p.time_limit = time_limit;
-            p.max_gram_bytes = cfg.max_gram_mb.saturating_mul(1 << 20);
-            p.check().map(Algorithm::Tfpl).map_err(|e| e.to_string())
-        }
-    }
-}
-
-fn threshold_spec(cfg: &ModelConfig, with_negatives: bool) -> ThresholdSpec {
-    let method = match cfg.threshold {
-        Some(ThresholdName::Oob) => ThresholdMethod::Oob,
-        Some(ThresholdName::Umbrella) => ThresholdMethod::Umbrella,
-        Some(ThresholdName::PuUmbrella) => ThresholdMethod::PuUmbrella,
-        None if with_negatives => ThresholdMethod::Umbrella,
-        None => ThresholdMethod::PuUmbrella,
-    };
-    let lo = cfg.prior_min.or(cfg.prior);
-    let hi = cfg.prior_max.or(cfg.prior);
-    ThresholdSpec {
-        method: Some(method),
-        tau: cfg.tau,
-        delta: cfg.delta,
-        calibration_fraction: f64::from(cfg.calibration_percent) / 100.0,
-        prior_interval: lo.zip(hi),
-        rounds: cfg.rounds,
-        oob_rule: match cfg.oob_rule {
-            OobRuleName::Quantile => OobRule::Quantile,
-            OobRuleName::Npscore => OobRule::NpScore,
-        },
-        seed: cfg.seed,
-    }
-}
-
-fn model_of(
-    cfg: &ModelConfig,
-    scaler: Scaler,
-    fit: Fit,
-    fingerprint: Fingerprint,
-    threshold: ThresholdResult,
-) -> Model {
-    match fit {
-        Fit::Usmo(fit) => Model::Usmo(UsmoEntry {
-            scaler,
-            tol: cfg.tol.unwrap_or(1e-3),
-            fit,
-            fingerprint,
-            threshold: Some(threshold),
-        }),
-        Fit::Tfpl(fit) => Model::Tfpl(TfplEntry {
-            scaler,
-            tol: cfg.tol.unwrap_or(1e-6),
-            fit,
-            fingerprint,
-            threshold: Some(threshold),
-        }),
-    }
-}
-
-fn fit_of(model: &Model) -> Fit {
-    match model {
-        Model::Usmo(e) => Fit::Usmo(e.fit.clone()),
-        Model::Tfpl(e) => Fit::Tfpl(e.fit.clone()),
     }
 }
 

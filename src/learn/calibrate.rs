@@ -47,6 +47,22 @@ impl Fit {
         }
     }
 
+    /// The solver's steps: USMO's pair steps, τ-FPL's iterations.
+    pub fn iterations(&self) -> u64 {
+        match self {
+            Fit::Usmo(m) => m.report.iterations,
+            Fit::Tfpl(m) => m.report.iterations,
+        }
+    }
+
+    /// Kernel values computed (USMO; τ-FPL reports none).
+    pub fn kernel_evaluations(&self) -> u64 {
+        match self {
+            Fit::Usmo(m) => m.report.kernel_evaluations,
+            Fit::Tfpl(_) => 0,
+        }
+    }
+
     fn scores(&self, rows: &Rows) -> Vec<f64> {
         let mut out = vec![0.0; rows.n_rows()];
         self.expansion().decision_batch(rows, &mut out);

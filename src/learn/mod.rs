@@ -6,6 +6,7 @@ pub mod linsvm;
 pub mod metrics;
 pub mod model;
 pub mod projection;
+pub mod spec;
 pub mod tfpl;
 pub mod threshold;
 pub mod tune;

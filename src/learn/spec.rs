@@ -1,0 +1,353 @@
+//! The one learner spec: which algorithm trains the scorer, with which settings, and how its
+//! threshold is calibrated.
+//!
+//! The daemon's `[model]` table and the command line's flags each map into a [`LearnerSpec`]
+//! in one place; [`LearnerSpec::check`] validates what does not depend on the data and returns
+//! a [`Learner`], which builds the solver for a data set's dimension ([`Learner::solver`]), the
+//! training scaler, the threshold settings, and the model from a fit. Defaults live here once:
+//! the kernel (rbf for USMO, linear for τ-FPL, γ = 1/number of features), the solver
+//! tolerance (1e-3 for USMO, 1e-6 for τ-FPL) and the prior interval of a lone bound.
+//!
+//! Adding an algorithm: its module, a variant of [`AlgorithmSpec`] (with its arms here and in
+//! [`crate::learn::calibrate`] and [`crate::learn::model`]), its flags and its config table.
+
+use std::time::Duration;
+
+use crate::data::{Dataset, ScaleKind, Scaler};
+use crate::learn::calibrate::{tfpl_scaler, usmo_scaler, Algorithm, Fit, ThresholdSpec};
+use crate::learn::kernel::Kernel;
+use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
+use crate::learn::tfpl::{TfplError, TfplParams, TfplSolver, TfplValidParams};
+use crate::learn::threshold::{OobRule, ThresholdMethod, ThresholdResult};
+use crate::learn::usmo::{UsmoError, UsmoParams, UsmoValidParams};
+
+/// Kernel families; the parameters are in [`KernelSpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelKind {
+    Linear,
+    Rbf,
+    Poly,
+}
+
+/// The kernel, with its parameters' defaults still open where they depend on the data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelSpec {
+    /// `None`: the algorithm's default ([`AlgorithmSpec::default_kernel`]).
+    pub kind: Option<KernelKind>,
+    /// RBF / poly γ; `None`: 1 / number of features.
+    pub gamma: Option<f64>,
+    pub degree: u32,
+    pub coef0: f64,
+}
+
+impl Default for KernelSpec {
+    fn default() -> Self {
+        KernelSpec {
+            kind: None,
+            gamma: None,
+            degree: 3,
+            coef0: 1.0,
+        }
+    }
+}
+
+impl KernelSpec {
+    /// The kernel for data with `n_features` features, `default` when no kind is given.
+    pub fn kernel(&self, default: KernelKind, n_features: usize) -> Kernel {
+        let gamma = self.gamma.unwrap_or(1.0 / n_features.max(1) as f64);
+        match self.kind.unwrap_or(default) {
+            KernelKind::Linear => Kernel::Linear,
+            KernelKind::Rbf => Kernel::Rbf { gamma },
+            KernelKind::Poly => Kernel::Poly {
+                degree: self.degree,
+                gamma,
+                coef0: self.coef0,
+            },
+        }
+    }
+}
+
+/// USMO's settings (TPAMI 2019, problem (4)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsmoSpec {
+    /// π: the class prior of the positives among the unlabeled rows (required).
+    pub prior: Option<f64>,
+    /// λ: the L2 regularisation weight.
+    pub lambda: f64,
+    /// Byte budget of the kernel-row cache.
+    pub cache_bytes: usize,
+}
+
+impl UsmoSpec {
+    /// USMO is a kernel method: rbf unless told otherwise.
+    pub const DEFAULT_KERNEL: KernelKind = KernelKind::Rbf;
+    /// Stop once max l − min r ≤ tol.
+    pub const DEFAULT_TOL: f64 = 1e-3;
+
+    /// The checked solver parameters for data with `n_features` features.
+    pub fn params(
+        &self,
+        kernel: &KernelSpec,
+        limits: &SolverLimits,
+        n_features: usize,
+    ) -> Result<UsmoValidParams, UsmoError> {
+        let prior = self
+            .prior
+            .ok_or_else(|| UsmoError::Param("usmo needs the prior π".into()))?;
+        let mut p = UsmoParams::new(
+            prior,
+            self.lambda,
+            kernel.kernel(Self::DEFAULT_KERNEL, n_features),
+        );
+        p.tol = limits.tol.unwrap_or(Self::DEFAULT_TOL);
+        p.max_iter = limits.max_iter;
+        p.time_limit = limits.time_limit;
+        p.cache_bytes = self.cache_bytes;
+        p.check()
+    }
+}
+
+/// τ-FPL's settings (AAAI 2018, problem (5)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TfplSpec {
+    /// The τ it ranks at, k = ⌊τn⌋ + 1; `None`: the threshold's τ.
+    pub rank_tau: Option<f64>,
+    /// R: the L2 regularisation weight.
+    pub reg: f64,
+    pub solver: TfplSolver,
+    /// Largest Gram matrix (or interior-point dense copy) in bytes.
+    pub max_gram_bytes: usize,
+}
+
+impl TfplSpec {
+    /// τ-FPL ranks linearly unless told otherwise.
+    pub const DEFAULT_KERNEL: KernelKind = KernelKind::Linear;
+    /// Stop when the gain-relative duality gap is ≤ tol.
+    pub const DEFAULT_TOL: f64 = 1e-6;
+
+    /// The checked solver parameters for data with `n_features` features, ranking at
+    /// `rank_tau` unless the spec sets its own.
+    pub fn params(
+        &self,
+        rank_tau: f64,
+        kernel: &KernelSpec,
+        limits: &SolverLimits,
+        n_features: usize,
+    ) -> Result<TfplValidParams, TfplError> {
+        let mut p = TfplParams::new(self.rank_tau.unwrap_or(rank_tau), self.reg);
+        p.kernel = kernel.kernel(Self::DEFAULT_KERNEL, n_features);
+        p.solver = self.solver;
+        p.tol = limits.tol.unwrap_or(Self::DEFAULT_TOL);
+        p.max_iter = limits.max_iter;
+        p.time_limit = limits.time_limit;
+        p.max_gram_bytes = self.max_gram_bytes;
+        p.check()
+    }
+}
+
+/// The algorithm and its own settings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AlgorithmSpec {
+    Usmo(UsmoSpec),
+    Tfpl(TfplSpec),
+}
+
+impl AlgorithmSpec {
+    /// The name used in model files, reports and metric labels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AlgorithmSpec::Usmo(_) => "usmo",
+            AlgorithmSpec::Tfpl(_) => "tfpl",
+        }
+    }
+}
+
+/// Caps shared by every solver.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SolverLimits {
+    /// Stopping tolerance; `None`: [`AlgorithmSpec::default_tol`].
+    pub tol: Option<f64>,
+    /// Stop after this many steps (reported as `converged: false`).
+    pub max_iter: Option<u64>,
+    /// Stop after this much wall time (reported as `converged: false`).
+    pub time_limit: Option<Duration>,
+}
+
+/// The false-positive target and how the threshold is calibrated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThresholdSettings {
+    /// `None`: umbrella when the training data has negatives, else pu-umbrella.
+    pub method: Option<ThresholdMethod>,
+    /// τ: the target false-positive rate.
+    pub tau: f64,
+    /// δ: the allowed probability that the true FPR exceeds τ.
+    pub delta: f64,
+    /// Share of the negatives (umbrella) or of the positives and unlabeled rows (pu-umbrella)
+    /// held out for calibration.
+    pub calibration_fraction: f64,
+    /// pu-umbrella: the ends of the plausible positive share of the unlabeled data. A lone end
+    /// is a point interval.
+    pub prior_min: Option<f64>,
+    pub prior_max: Option<f64>,
+    /// oob: bootstrap rounds and the per-round rule.
+    pub rounds: usize,
+    pub oob_rule: OobRule,
+}
+
+impl ThresholdSettings {
+    /// [π_min, π_max], if either end is given.
+    pub fn prior_interval(&self) -> Option<(f64, f64)> {
+        match (self.prior_min, self.prior_max) {
+            (Some(lo), Some(hi)) => Some((lo, hi)),
+            (Some(v), None) | (None, Some(v)) => Some((v, v)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Everything that decides how a scorer is trained and thresholded (unchecked).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnerSpec {
+    pub algorithm: AlgorithmSpec,
+    pub kernel: KernelSpec,
+    /// Feature scaling, fitted on the training rows and stored in the model.
+    pub scale: ScaleKind,
+    pub limits: SolverLimits,
+    /// `None`: a scorer without a threshold.
+    pub threshold: Option<ThresholdSettings>,
+    /// Seed of every random choice (calibration splits, bootstrap rounds).
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    #[error(transparent)]
+    Usmo(#[from] UsmoError),
+    #[error(transparent)]
+    Tfpl(#[from] TfplError),
+}
+
+impl LearnerSpec {
+    /// Runs the solver's parameter checks on these settings (γ at its default for one
+    /// feature when unset); the threshold settings are checked where they are used, by the
+    /// calibration.
+    pub fn check(self) -> Result<Learner, SpecError> {
+        let learner = Learner(self);
+        learner.solver(1)?;
+        Ok(learner)
+    }
+}
+
+/// A checked [`LearnerSpec`]: the only way to build solvers and models from settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learner(LearnerSpec);
+
+impl std::ops::Deref for Learner {
+    type Target = LearnerSpec;
+    fn deref(&self) -> &LearnerSpec {
+        &self.0
+    }
+}
+
+impl Learner {
+    pub fn name(&self) -> &'static str {
+        self.algorithm.name()
+    }
+
+    /// The checked solver for data with `n_features` features. τ-FPL ranks at its
+    /// `rank_tau`, else at the threshold's τ; without either it is an error.
+    pub fn solver(&self, n_features: usize) -> Result<Algorithm, SpecError> {
+        let (kernel, limits) = (&self.kernel, &self.limits);
+        Ok(match &self.algorithm {
+            AlgorithmSpec::Usmo(s) => Algorithm::Usmo(s.params(kernel, limits, n_features)?),
+            AlgorithmSpec::Tfpl(s) => {
+                let rank_tau = s
+                    .rank_tau
+                    .or(self.threshold.as_ref().map(|t| t.tau))
+                    .ok_or_else(|| {
+                        TfplError::Param("tfpl needs a rank tau or a threshold tau".into())
+                    })?;
+                Algorithm::Tfpl(s.params(rank_tau, kernel, limits, n_features)?)
+            }
+        })
+    }
+
+    /// The training scaler: USMO's is fitted on the positives and unlabeled rows it trains
+    /// on; τ-FPL's on every row, then divided by the largest row norm
+    /// ([`crate::learn::calibrate::tfpl_scaler`]).
+    pub fn scaler(&self, data: &Dataset) -> Scaler {
+        match self.algorithm {
+            AlgorithmSpec::Usmo(_) => usmo_scaler(self.scale, data),
+            AlgorithmSpec::Tfpl(_) => tfpl_scaler(self.scale, data),
+        }
+    }
+
+    /// The threshold settings as the calibration takes them, if a threshold is wanted.
+    pub fn threshold_spec(&self) -> Option<ThresholdSpec> {
+        let t = self.threshold.as_ref()?;
+        Some(ThresholdSpec {
+            method: t.method,
+            tau: t.tau,
+            delta: t.delta,
+            calibration_fraction: t.calibration_fraction,
+            prior_interval: t.prior_interval(),
+            rounds: t.rounds,
+            oob_rule: t.oob_rule,
+            seed: self.seed,
+        })
+    }
+
+    /// The previous solution and scaler of `model` to warm-start from, if it is a model of
+    /// this algorithm.
+    pub fn warm_start(&self, model: &Model) -> Option<(Scaler, Fit)> {
+        match (&self.algorithm, model) {
+            (AlgorithmSpec::Usmo(_), Model::Usmo(e)) => {
+                Some((e.scaler.clone(), Fit::Usmo(e.fit.clone())))
+            }
+            (AlgorithmSpec::Tfpl(_), Model::Tfpl(e)) => {
+                Some((e.scaler.clone(), Fit::Tfpl(e.fit.clone())))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The model of a fit: the scaler it was trained under, the solver's tolerance (from the
+/// checked solver, so the stored value is the one used), the training data's fingerprint and
+/// the threshold.
+pub fn model_of(
+    solver: &Algorithm,
+    scaler: Scaler,
+    fit: Fit,
+    fingerprint: Fingerprint,
+    threshold: Option<ThresholdResult>,
+) -> Model {
+    let tol = match solver {
+        Algorithm::Usmo(p) => p.tol,
+        Algorithm::Tfpl(p) => p.tol,
+    };
+    match fit {
+        Fit::Usmo(fit) => Model::Usmo(UsmoEntry {
+            scaler,
+            tol,
+            fit,
+            fingerprint,
+            threshold,
+        }),
+        Fit::Tfpl(fit) => Model::Tfpl(TfplEntry {
+            scaler,
+            tol,
+            fit,
+            fingerprint,
+            threshold,
+        }),
+    }
+}
+
+/// The solution inside `model`, for a warm start whatever the current settings.
+pub fn fit_of(model: &Model) -> Fit {
+    match model {
+        Model::Usmo(e) => Fit::Usmo(e.fit.clone()),
+        Model::Tfpl(e) => Fit::Tfpl(e.fit.clone()),
+    }
+}
