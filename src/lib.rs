@@ -46,6 +46,7 @@ pub mod codec;
 pub mod config;
 pub mod daemon;
 pub mod data;
+pub mod deque;
 pub mod engine;
 pub mod learn;
 pub mod serve;

@@ -338,6 +338,9 @@ fn tfpl_cells(
                 let cv_data = unlabeled_as_negative(&data.select(&rows));
                 let seed = seed ^ CV_SALT;
                 let choice = choose_reg(&probe, &cv_data, tau, plan.folds, seed, cancel)?;
+                for (&(reg, criterion), iterations) in choice.tried.iter().zip(&choice.iterations) {
+                    tracing::debug!(reg, criterion, iterations, "tau-FPL cross-validation");
+                }
                 (choice.reg, Some(Fit::Tfpl(choice.warm_start)))
             }
         };

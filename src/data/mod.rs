@@ -29,15 +29,6 @@ impl Label {
             Label::Unlabeled => 0,
         }
     }
-
-    pub fn from_code(code: i8) -> Option<Label> {
-        match code {
-            1 => Some(Label::Positive),
-            -1 => Some(Label::Negative),
-            0 => Some(Label::Unlabeled),
-            _ => None,
-        }
-    }
 }
 
 /// Samples with their labels and string ids (unique within the set).

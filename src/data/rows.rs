@@ -101,12 +101,6 @@ impl CsrMatrix {
         (&self.indices[a..b], &self.values[a..b])
     }
 
-    /// Mutable access to the stored values of one row (for in-place scaling).
-    pub fn row_values_mut(&mut self, row: usize) -> (&[u32], &mut [f64]) {
-        let (a, b) = (self.indptr[row], self.indptr[row + 1]);
-        (&self.indices[a..b], &mut self.values[a..b])
-    }
-
     pub fn nnz(&self) -> usize {
         self.values.len()
     }

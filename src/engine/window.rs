@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::BuildHasher;
 
 use crate::data::Rows;
+use crate::deque::{remove_at, search_from_ends};
 use crate::stream::event::features_to_rows;
-use crate::stream::offsets::{remove_at, search_from_ends};
 use crate::stream::Features;
 
 /// The bounds of one window.

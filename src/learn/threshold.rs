@@ -31,9 +31,6 @@ use statrs::function::beta::beta_reg;
 
 use crate::learn::metrics::np_score;
 
-/// Bootstrap rounds of [`oob`] unless configured (§3.2).
-pub const DEFAULT_ROUNDS: usize = 10;
-
 /// Share of the training negatives held out to calibrate [`umbrella`] unless configured (nproc's
 /// `split.ratio`, §3.3).
 pub const DEFAULT_CALIBRATION_FRACTION: f64 = 0.5;

@@ -86,6 +86,8 @@ pub struct RegChoice {
     pub criterion: f64,
     /// Every (R, mean criterion) tried, in the order tried.
     pub tried: Vec<(f64, f64)>,
+    /// Solver iterations over all folds, per R tried (same order): what the search cost.
+    pub iterations: Vec<u64>,
     /// Whether every fit converged.
     pub converged: bool,
     /// The first fold's fit at the chosen R: a warm start for fits at that R on (nearly) the
@@ -151,6 +153,7 @@ pub fn choose_reg(
     let mut converged = true;
     // The first fold's fit per R tried, in the order tried.
     let mut first_fold_fits: Vec<TfplModel> = Vec::new();
+    let mut iterations_per_reg: Vec<u64> = Vec::new();
     let mut evaluate = |parts: &mut [Fold], reg: f64, upward: bool| -> Result<f64, TuneError> {
         let valid = TfplParams {
             reg,
@@ -184,9 +187,8 @@ pub fn choose_reg(
                 fold.smallest = Some(fit);
             }
         }
-        let criterion = total / parts.len() as f64;
-        tracing::debug!(reg, criterion, iterations, "tau-FPL cross-validation");
-        Ok(criterion)
+        iterations_per_reg.push(iterations);
+        Ok(total / parts.len() as f64)
     };
 
     let mut tried = Vec::with_capacity(REG_GRID.len() + MAX_EXTENSIONS);
@@ -229,6 +231,7 @@ pub fn choose_reg(
         reg,
         criterion,
         tried,
+        iterations: iterations_per_reg,
         converged,
         warm_start: first_fold_fits.swap_remove(position),
     })

@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::Channel;
+use crate::deque::{remove_at, search_from_ends};
 
 /// One input partition: its channel (which names the topic) and partition number.
 pub type InputPartition = (Channel, i32);
@@ -30,39 +31,6 @@ struct PartitionBook {
     /// sent and acknowledged mostly in offset order, so inserts and removals happen at the ends
     /// (a tree paid a node allocation per output).
     in_flight: VecDeque<(i64, u32)>,
-}
-
-/// [`VecDeque::binary_search_by_key`] on a deque sorted by `key_of`, answering a key at or
-/// beyond either end without the search: offsets, window sequence numbers and event times
-/// mostly come and go at the ends, and the search's cache misses were a tenth of the poll
-/// thread in `bench kafka`.
-pub(crate) fn search_from_ends<T, K: Ord>(
-    deque: &VecDeque<T>,
-    key: &K,
-    key_of: impl Fn(&T) -> K,
-) -> Result<usize, usize> {
-    let (Some(front), Some(back)) = (deque.front(), deque.back()) else {
-        return Err(0);
-    };
-    use std::cmp::Ordering::{Equal, Greater, Less};
-    match (key.cmp(&key_of(front)), key.cmp(&key_of(back))) {
-        (Less, _) => Err(0),
-        (Equal, _) => Ok(0),
-        (_, Greater) => Err(deque.len()),
-        (_, Equal) => Ok(deque.len() - 1),
-        (Greater, Less) => deque.binary_search_by_key(key, key_of),
-    }
-}
-
-/// [`VecDeque::remove`], taking the front by `pop_front`: the ends are where these deques
-/// lose elements, and `remove(0)` goes through a general shift (measured on the Kafka poll
-/// thread).
-pub(crate) fn remove_at<T>(deque: &mut VecDeque<T>, at: usize) -> Option<T> {
-    if at == 0 {
-        deque.pop_front()
-    } else {
-        deque.remove(at)
-    }
 }
 
 /// See the module docs.
@@ -226,20 +194,6 @@ mod tests {
                 proptest::prop_assert_eq!(b.done(U0, None), Some(want));
                 proptest::prop_assert_eq!(b.in_flight(), reference.values().sum::<u32>() as usize);
             }
-        }
-
-        /// On distinct sorted keys, the same answer as a plain binary search, for keys inside,
-        /// at and beyond both ends.
-        #[test]
-        fn search_from_ends_is_a_binary_search(
-            keys in proptest::collection::btree_set(0i64..60, 0..20),
-            key in -2i64..62,
-        ) {
-            let deque: VecDeque<(i64, u32)> = keys.into_iter().map(|k| (k, 1)).collect();
-            proptest::prop_assert_eq!(
-                search_from_ends(&deque, &key, |(k, _)| *k),
-                deque.binary_search_by_key(&key, |(k, _)| *k)
-            );
         }
     }
 }
