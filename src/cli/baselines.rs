@@ -20,7 +20,7 @@
 
 use std::sync::atomic::AtomicBool;
 
-use super::np_eval::{Cell, Method, Plan, TestPart};
+use super::np_cells::{Cell, Method, Plan, TestPart};
 use super::CliError;
 use crate::data::{Dataset, Label, Rows};
 use crate::learn::calibrate::oob_calibrate;

@@ -1,6 +1,6 @@
-//! `neyman eval`: repeated experiments on a fully labelled file. With `--tau` it runs the
-//! Neyman–Pearson protocol of the τ-FPL paper (see [`super::np_eval`]); without it, the PU
-//! experiment below (`--algo usmo` only).
+//! `neyman eval` without `--tau`: repeated PU experiments on a fully labelled file (`--algo
+//! usmo` only). With `--tau` the command runs the Neyman–Pearson protocol of the τ-FPL paper
+//! instead (`np_eval.rs`), which reuses this file's splits, repeats and λ choice.
 //!
 //! Each repeat r uses the seed `--seed + r`. Protocols:
 //! - `holdout` (default): a stratified split keeps `--test-fraction` of the rows for testing;
@@ -216,11 +216,8 @@ pub(super) fn transductive(args: &EvalArgs) -> Result<bool, CliError> {
     }
 }
 
-/// `neyman eval`
-pub fn eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
-    if !args.threshold.tau.is_empty() {
-        return super::np_eval::np_eval(args, cancel);
-    }
+/// `neyman eval` without `--tau`: the PU evaluation of the USMO paper.
+pub(super) fn pu_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     if args.algo != Algo::Usmo {
         return Err(CliError::Usage(
             "eval --algo tfpl needs --tau (the Neyman–Pearson protocol)".into(),

@@ -10,6 +10,7 @@ pub mod bench_kafka;
 pub mod daemon;
 mod eval;
 pub mod kafka;
+mod np_cells;
 mod np_eval;
 pub mod plot;
 pub mod stream;
@@ -38,7 +39,15 @@ use args::{
     Algo, DataArgs, KernelName, ModelArgs, ReportFormat, ScoreArgs, ThresholdArgs, TrainArgs,
 };
 
-pub use eval::eval;
+/// `neyman eval`: with `--tau`, the Neyman–Pearson protocol ([`np_eval`]); without, the PU
+/// evaluation ([`eval`]).
+pub fn eval(args: &args::EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
+    if args.threshold.tau.is_empty() {
+        eval::pu_eval(args, cancel)
+    } else {
+        np_eval::np_eval(args, cancel)
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

@@ -62,14 +62,13 @@ use serde_json::{json, Value};
 use super::args::{Algo, CompareArg, EvalArgs, ReportFormat, ThresholdArg};
 use super::baselines::svm_cells;
 use super::eval::{choose_lambda, run_repeats, stratified_split, transductive};
+use super::np_cells::{Cell, Method, Plan, TestPart};
 use super::plot::{roc_points, write_roc_svg, RocCurve, RocPlot};
 use super::{fit_scaler, read_data, tfpl_params, usmo_params, with_spinner, CliError};
 use crate::data::{Dataset, Label, Rows};
-use crate::learn::calibrate::{Algorithm, CalibrateError, Fit, ThresholdSpec};
-use crate::learn::metrics::{f1_for, mean_sd, np_score, roc_auc, Confusion, F1Class};
-use crate::learn::threshold::{
-    calibration_split, npscore_threshold, OobRule, ThresholdError, ThresholdMethod,
-};
+use crate::learn::calibrate::{Algorithm, CalibrateError, Fit};
+use crate::learn::metrics::{f1_for, mean_sd, np_score, Confusion, F1Class};
+use crate::learn::threshold::{calibration_split, OobRule, ThresholdError, ThresholdMethod};
 use crate::learn::tune::{choose_reg, TuneError};
 
 /// Cross-validation folds for R (tfpl) and the baselines' C unless `--cv`.
@@ -90,148 +89,6 @@ impl From<TuneError> for CliError {
             TuneError::Folds { .. } => CliError::Usage(e.to_string()),
             TuneError::Threshold(t) => CliError::Threshold(t.to_string()),
             TuneError::Tfpl(t) => CliError::Training(t.to_string()),
-        }
-    }
-}
-
-/// A method evaluated on every split.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Method {
-    Tfpl,
-    Usmo,
-    BsSvm,
-    CsSvmOob,
-}
-
-impl Method {
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Tfpl => "tfpl",
-            Method::Usmo => "usmo",
-            Method::BsSvm => "bs-svm",
-            Method::CsSvmOob => "cs-svm-oob",
-        }
-    }
-
-    /// The name of the hyper-parameter reported per split.
-    fn hyper_name(self) -> &'static str {
-        match self {
-            Method::Tfpl => "reg",
-            Method::Usmo => "lambda",
-            Method::BsSvm | Method::CsSvmOob => "c",
-        }
-    }
-}
-
-/// What every split shares: the validated flags.
-pub(super) struct Plan<'a> {
-    pub args: &'a EvalArgs,
-    pub taus: Vec<f64>,
-    pub rank_taus: Vec<f64>,
-    pub methods: Vec<Method>,
-    pub folds: usize,
-    /// The threshold method of `--algo`.
-    pub threshold: ThresholdMethod,
-    pub oob_rule: OobRule,
-}
-
-impl Plan<'_> {
-    /// The threshold spec of `--algo` at τ for a split's seed.
-    pub fn spec(&self, tau: f64, seed: u64) -> ThresholdSpec {
-        let t = &self.args.threshold;
-        ThresholdSpec {
-            method: Some(self.threshold),
-            tau,
-            delta: t.delta,
-            calibration_fraction: t.calibration_fraction,
-            prior_interval: match (t.prior_min, t.prior_max) {
-                (Some(lo), Some(hi)) => Some((lo, hi)),
-                (Some(v), None) | (None, Some(v)) => Some((v, v)),
-                (None, None) => None,
-            },
-            rounds: t.rounds,
-            oob_rule: self.oob_rule,
-            seed,
-        }
-    }
-}
-
-/// One (split, τ, method) outcome on the test part.
-#[derive(Debug, Clone)]
-pub(super) struct Cell {
-    pub fpr: f64,
-    pub tpr: f64,
-    pub n_test_negatives: usize,
-    pub accuracy: f64,
-    pub f1: f64,
-    pub auc: Option<f64>,
-    /// The threshold procedure's name in the report.
-    pub threshold_method: &'static str,
-    /// R (tfpl), λ (usmo) or C (baselines).
-    pub hyper: f64,
-    /// C₊/C₋ of cs-svm-oob.
-    pub cost_ratio: Option<f64>,
-    /// The certified FPR level of an umbrella threshold.
-    pub fpr_bound: Option<f64>,
-    /// The test scores (kept for split 0 when `--plot` asks for them, else empty).
-    pub test_scores: Vec<f64>,
-    /// The NP-score of the best threshold for the test part itself: what a perfect threshold
-    /// would reach with this scorer, separating ranking quality from threshold choice.
-    pub oracle_np_score: f64,
-    pub converged: bool,
-    /// The umbrella method could not certify any threshold on this split: the classifier
-    /// flags nothing (FPR 0, TPR 0), as a deployment that refuses would.
-    pub refused: bool,
-}
-
-/// Test-part scores against the truth at a threshold (positive iff score > threshold).
-pub(super) struct TestPart<'a> {
-    pub truth: &'a [bool],
-    pub f1_class: F1Class,
-}
-
-impl TestPart<'_> {
-    pub fn cell(
-        &self,
-        scores: &[f64],
-        tau: f64,
-        threshold: f64,
-        threshold_method: &'static str,
-        hyper: f64,
-    ) -> Cell {
-        let confusion = |t: f64| {
-            let predicted: Vec<bool> = scores.iter().map(|&s| s > t).collect();
-            Confusion::from_predictions(&predicted, self.truth)
-        };
-        let class = |positive: bool| -> Vec<f64> {
-            scores
-                .iter()
-                .zip(self.truth)
-                .filter(|(_, &t)| t == positive)
-                .map(|(&s, _)| s)
-                .collect()
-        };
-        let (pos, neg) = (class(true), class(false));
-        let oracle_np_score = npscore_threshold(&pos, &neg, tau).map_or(f64::NAN, |t| {
-            let c = confusion(t);
-            np_score(c.fpr(), c.tpr(), tau)
-        });
-        let conf = confusion(threshold);
-        Cell {
-            fpr: conf.fpr(),
-            tpr: conf.tpr(),
-            n_test_negatives: conf.fp + conf.tn,
-            accuracy: conf.accuracy(),
-            f1: f1_for(&conf, self.f1_class),
-            auc: roc_auc(scores, self.truth),
-            threshold_method,
-            hyper,
-            cost_ratio: None,
-            fpr_bound: None,
-            test_scores: scores.to_vec(),
-            oracle_np_score,
-            converged: true,
-            refused: false,
         }
     }
 }

@@ -203,6 +203,20 @@ impl ThresholdSettings {
             (None, None) => None,
         }
     }
+
+    /// The settings as the calibration takes them, its random choices drawn from `seed`.
+    pub fn spec(&self, seed: u64) -> ThresholdSpec {
+        ThresholdSpec {
+            method: self.method,
+            tau: self.tau,
+            delta: self.delta,
+            calibration_fraction: self.calibration_fraction,
+            prior_interval: self.prior_interval(),
+            rounds: self.rounds,
+            oob_rule: self.oob_rule,
+            seed,
+        }
+    }
 }
 
 /// Everything that decides how a scorer is trained and thresholded (unchecked).
@@ -284,17 +298,7 @@ impl Learner {
 
     /// The threshold settings as the calibration takes them, if a threshold is wanted.
     pub fn threshold_spec(&self) -> Option<ThresholdSpec> {
-        let t = self.threshold.as_ref()?;
-        Some(ThresholdSpec {
-            method: t.method,
-            tau: t.tau,
-            delta: t.delta,
-            calibration_fraction: t.calibration_fraction,
-            prior_interval: t.prior_interval(),
-            rounds: t.rounds,
-            oob_rule: t.oob_rule,
-            seed: self.seed,
-        })
+        Some(self.threshold.as_ref()?.spec(self.seed))
     }
 
     /// The previous solution and scaler of `model` to warm-start from, if it is a model of
