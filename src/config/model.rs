@@ -1,0 +1,228 @@
+//! `[model]` and the names it chooses among.
+
+use serde::{Deserialize, Serialize};
+
+use super::values::HumanDuration;
+use crate::data::ScaleKind;
+use crate::learn::spec::{
+    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, SolverLimits, TfplSpec, ThresholdSettings,
+    UsmoSpec,
+};
+use crate::learn::tfpl::TfplSolver;
+use crate::learn::threshold::{OobRule, ThresholdMethod};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlgorithmName {
+    Usmo,
+    Tfpl,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThresholdName {
+    Oob,
+    Umbrella,
+    PuUmbrella,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelName {
+    Linear,
+    Rbf,
+    Poly,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScaleName {
+    None,
+    Standard,
+    Minmax,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OobRuleName {
+    Quantile,
+    Npscore,
+}
+
+/// The learner, its false-positive target and its threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// `usmo` (positive vs unlabeled SVM) or `tfpl` (τ-FPL ranking).
+    pub algorithm: AlgorithmName,
+    /// π: the positive share of the unlabeled stream (required for usmo).
+    #[serde(default)]
+    pub prior: Option<f64>,
+    /// pu-umbrella: lower end of the plausible π (default: `prior`).
+    #[serde(default)]
+    pub prior_min: Option<f64>,
+    /// pu-umbrella: upper end of the plausible π (default: `prior`).
+    #[serde(default)]
+    pub prior_max: Option<f64>,
+    /// τ: the target false-positive rate.
+    pub tau: f64,
+    /// tfpl: the τ used for ranking (default: `tau`). Trained against the unlabeled window (no
+    /// negatives yet), tfpl ranks at π + (1 − π)·rank_tau of it, π the middle of
+    /// [prior_min, prior_max]: the unlabeled share an FPR-`rank_tau` threshold leaves above it.
+    #[serde(default)]
+    pub rank_tau: Option<f64>,
+    /// δ: the allowed probability that the true FPR exceeds τ.
+    #[serde(default = "default_delta")]
+    pub delta: f64,
+    /// `oob`, `umbrella` or `pu-umbrella`; absent: `umbrella` when the negative window holds
+    /// `retrain.min_negative` events, else `pu-umbrella`.
+    #[serde(default)]
+    pub threshold: Option<ThresholdName>,
+    /// Share of events (by a stable hash of the id) kept out of training for calibration, in
+    /// percent.
+    #[serde(default = "default_calibration_percent")]
+    pub calibration_percent: u8,
+    /// usmo: λ, the L2 regularisation.
+    #[serde(default = "default_lambda")]
+    pub lambda: f64,
+    /// tfpl: R, the L2 regularisation.
+    #[serde(default = "default_reg")]
+    pub reg: f64,
+    /// Kernel: `linear`, `rbf` or `poly` (default: rbf for usmo, linear for tfpl).
+    #[serde(default)]
+    pub kernel: Option<KernelName>,
+    /// RBF / poly γ (default 1 / number of features).
+    #[serde(default)]
+    pub gamma: Option<f64>,
+    #[serde(default = "default_degree")]
+    pub degree: u32,
+    #[serde(default = "default_coef0")]
+    pub coef0: f64,
+    /// Feature scaling fitted on each training snapshot: `none`, `standard`, `minmax`.
+    #[serde(default = "default_scale")]
+    pub scale: ScaleName,
+    /// Solver tolerance (default: the solver's own, 1e-3 for usmo, 1e-6 gain-relative duality
+    /// gap for tfpl). tfpl solves a linear kernel with at most 512 features by an interior point
+    /// (20–35 iterations whatever `reg`), anything else by FISTA.
+    #[serde(default)]
+    pub tol: Option<f64>,
+    /// Solver iteration cap.
+    #[serde(default)]
+    pub max_iter: Option<u64>,
+    /// Solver wall-time cap per retrain.
+    #[serde(default)]
+    pub time_limit: Option<HumanDuration>,
+    /// usmo kernel-row cache budget, MiB.
+    #[serde(default = "default_cache_mb")]
+    pub cache_mb: usize,
+    /// tfpl: largest Gram matrix allowed for a non-linear kernel, MiB; also the largest dense copy
+    /// of the window the interior-point solver may make (above it FISTA solves).
+    #[serde(default = "default_max_gram_mb")]
+    pub max_gram_mb: usize,
+    /// oob: bootstrap rounds.
+    #[serde(default = "default_rounds")]
+    pub rounds: usize,
+    /// oob: per-round rule.
+    #[serde(default = "default_oob_rule")]
+    pub oob_rule: OobRuleName,
+    /// Seed of every random choice in training (calibration splits, bootstrap).
+    #[serde(default)]
+    pub seed: u64,
+}
+
+impl ModelConfig {
+    /// The learner these settings describe: the one place the `[model]` table maps into
+    /// [`LearnerSpec`]. A missing `prior_min` or `prior_max` is `prior`; the threshold method
+    /// is left to the data (umbrella with negatives, else pu-umbrella) unless `threshold` is
+    /// set.
+    pub fn learner_spec(&self) -> LearnerSpec {
+        let algorithm = match self.algorithm {
+            AlgorithmName::Usmo => AlgorithmSpec::Usmo(UsmoSpec {
+                prior: self.prior,
+                lambda: self.lambda,
+                cache_bytes: self.cache_mb.saturating_mul(1 << 20),
+            }),
+            AlgorithmName::Tfpl => AlgorithmSpec::Tfpl(TfplSpec {
+                rank_tau: self.rank_tau,
+                reg: self.reg,
+                solver: TfplSolver::Auto,
+                max_gram_bytes: self.max_gram_mb.saturating_mul(1 << 20),
+            }),
+        };
+        LearnerSpec {
+            algorithm,
+            kernel: KernelSpec {
+                kind: self.kernel.map(|k| match k {
+                    KernelName::Linear => KernelKind::Linear,
+                    KernelName::Rbf => KernelKind::Rbf,
+                    KernelName::Poly => KernelKind::Poly,
+                }),
+                gamma: self.gamma,
+                degree: self.degree,
+                coef0: self.coef0,
+            },
+            scale: match self.scale {
+                ScaleName::None => ScaleKind::None,
+                ScaleName::Standard => ScaleKind::Standard,
+                ScaleName::Minmax => ScaleKind::MinMax,
+            },
+            limits: SolverLimits {
+                tol: self.tol,
+                max_iter: self.max_iter,
+                time_limit: self.time_limit.map(|d| d.0),
+            },
+            threshold: Some(ThresholdSettings {
+                method: self.threshold.map(|t| match t {
+                    ThresholdName::Oob => ThresholdMethod::Oob,
+                    ThresholdName::Umbrella => ThresholdMethod::Umbrella,
+                    ThresholdName::PuUmbrella => ThresholdMethod::PuUmbrella,
+                }),
+                tau: self.tau,
+                delta: self.delta,
+                calibration_fraction: f64::from(self.calibration_percent) / 100.0,
+                prior_min: self.prior_min.or(self.prior),
+                prior_max: self.prior_max.or(self.prior),
+                rounds: self.rounds,
+                oob_rule: match self.oob_rule {
+                    OobRuleName::Quantile => OobRule::Quantile,
+                    OobRuleName::Npscore => OobRule::NpScore,
+                },
+            }),
+            seed: self.seed,
+        }
+    }
+}
+
+fn default_delta() -> f64 {
+    0.05
+}
+fn default_calibration_percent() -> u8 {
+    30
+}
+fn default_lambda() -> f64 {
+    1e-3
+}
+fn default_reg() -> f64 {
+    1e-2
+}
+fn default_degree() -> u32 {
+    3
+}
+fn default_coef0() -> f64 {
+    1.0
+}
+fn default_scale() -> ScaleName {
+    ScaleName::Standard
+}
+fn default_cache_mb() -> usize {
+    256
+}
+fn default_max_gram_mb() -> usize {
+    1024
+}
+fn default_rounds() -> usize {
+    10
+}
+fn default_oob_rule() -> OobRuleName {
+    OobRuleName::Quantile
+}
