@@ -3,43 +3,53 @@
 //!
 //! # Layout
 //!
-//! - [`learn`]: pure math, no I/O: kernels and the bounded kernel-row cache ([`learn::kernel`]),
-//!   the USMO positive-unlabeled solver ([`learn::usmo`]), the τ-FPL ranker ([`learn::tfpl`]:
-//!   FISTA on the dual, an interior point on the primal for few features) and its projection
-//!   onto Γ_k ([`learn::projection`]), the cost-sensitive linear SVM
-//!   baseline ([`learn::linsvm`]), false-positive thresholds on score
-//!   arrays ([`learn::threshold`]), which rows train and which calibrate
-//!   ([`learn::calibrate`]), evaluation metrics ([`learn::metrics`]), the model type, the
-//!   [`learn::Scorer`] trait and the model file layout ([`learn::model`]).
+//! - [`learn`]: pure math — no I/O, no async, no logging: kernels and the bounded kernel-row
+//!   cache ([`learn::kernel`]), the USMO positive-unlabeled solver ([`learn::usmo`]), the τ-FPL
+//!   ranker ([`learn::tfpl`]: FISTA on the dual, an interior point on the primal for few
+//!   features) and its projection onto Γ_k ([`learn::projection`]), the cost-sensitive linear
+//!   SVM baseline ([`learn::linsvm`]), false-positive thresholds on score arrays
+//!   ([`learn::threshold`]), which rows train and which calibrate ([`learn::calibrate`]),
+//!   hyper-parameter choice by cross-validation ([`learn::tune`]), evaluation metrics
+//!   ([`learn::metrics`]), the model type, the [`learn::Scorer`] trait and the model file
+//!   layout ([`learn::model`]), and the one learner spec that every front end maps its
+//!   settings into ([`learn::spec`]).
 //! - [`data`]: samples and their files: dense and sparse rows behind one access type
 //!   ([`data::rows`]), CSV and LIBSVM readers ([`data::read`]), feature scaling
 //!   ([`data::scale`]), PU relabelling and row ranges.
-//! - [`config`]: the daemon's TOML configuration: every key with its default and doc,
-//!   `NEYMAN_*` environment overrides, path resolution, checks that name the key, secrets that
-//!   redact themselves.
+//! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
+//! - [`deque`]: searches and removals on sorted deques, for the windows and the offset book.
+//! - [`config`]: the daemon's TOML configuration, one file per section: every key with its
+//!   default and doc, `NEYMAN_*` environment overrides, path resolution, checks that name the
+//!   key, secrets that redact themselves; `[model]` maps into [`learn::spec`].
 //! - [`telemetry`]: the daemon's Prometheus metrics on an injected registry.
 //! - [`stream`]: events and where they come from: the event payload and its intake validation
 //!   with stable rejection reasons ([`stream::event`]), the channels (positive, unlabeled,
 //!   negative), recorded-stream files ([`stream::record`]), the dead-letter file
-//!   ([`stream::dlq`]), PU streams generated from labelled data ([`stream::make`]) and Kafka:
-//!   client settings from `[kafka]`, topic creation, recording topics to a file and publishing
-//!   a file into topics ([`stream::kafka`], rdkafka).
-//! - [`engine`]: the daemon's state: per-channel sliding windows with eviction reports, source
-//!   watermarks and the stable calibration hash ([`engine::window`]), model persistence in the
-//!   state directory ([`engine::store`]) and the atomically swapped active model
-//!   ([`engine::registry`]).
-//! - [`serve`]: the daemon's HTTP API (axum on tokio, in the daemon's process): scoring
-//!   requests with the active model, model metadata, the admin rollback, `/metrics`, health and
-//!   readiness; every response counted by route template.
-//! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
-//! - `main.rs`: the `neyman` command line (clap) and nothing else; the subcommands' work lives in
-//!   [`cli`].
+//!   ([`stream::dlq`]), PU streams generated from labelled data ([`stream::make`]), Kafka
+//!   client settings, topic creation, recording topics and publishing files
+//!   ([`stream::kafka`], rdkafka), and at-least-once offset bookkeeping ([`stream::offsets`]).
+//! - [`engine`]: the daemon's state machine, whatever drives it: per-channel sliding windows
+//!   ([`engine::window`]), intake, retrain scheduling, the gate and the swap
+//!   ([`engine::machine`]), model persistence in the state directory ([`engine::store`]), the
+//!   atomically swapped active model ([`engine::registry`]), scoring ([`engine::scoring`]) and
+//!   the sink trait ([`engine::outputs`]).
+//! - [`daemon`]: running the service: [`daemon::run`] wires metrics, store, registry, HTTP and
+//!   a source, and shuts down; [`daemon::replay`] drives the engine from a recorded stream
+//!   into files; [`daemon::kafka`] from Kafka topics into topics (consumer group and commits,
+//!   the producer thread, the models topic, the trainer role).
+//! - [`serve`]: the HTTP API (axum on tokio, in the daemon's process): scoring requests with
+//!   the active model, model metadata, the admin rollback, `/metrics`, health and readiness;
+//!   every response counted by route template.
+//! - [`cli`] and `main.rs`: the `neyman` command line (clap); `main.rs` parses, the
+//!   subcommands' work is in [`cli`].
 //!
-//! Dependencies point down: `cli` uses everything; `serve` uses `engine`, `stream`, `config`
-//! and `telemetry`; `engine` uses `stream`, `data`, `learn`, `config` and `telemetry`;
-//! `telemetry` uses only `learn::threshold`; `stream` uses `data` and, for `[kafka]`, `config`;
-//! `learn` uses only `data::rows` (the row type) and `data::scale` (the scaler stored in a
-//! model).
+//! Dependencies point down, and `tests/layout.rs` checks it: `learn` names only `data` and
+//! `codec`, and no tokio, rdkafka, axum or tracing; `data` names nothing of the crate;
+//! `codec` and `deque` are leaves; `config` names `learn` and `data`; `telemetry` names only
+//! `learn`; `stream` names `data`, `config` and `deque`, never `engine`; `engine` names
+//! `stream`, `data`, `learn`, `config`, `telemetry`, `codec` and `deque`, and no rdkafka,
+//! tokio or axum; `serve` names `engine`, `stream`, `learn`, `config` and `telemetry`;
+//! `daemon` names everything below it and only `cli` names `daemon`; nothing names `cli`.
 
 pub mod cli;
 pub mod codec;

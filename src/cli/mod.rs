@@ -2,6 +2,13 @@
 //!
 //! Every command returns a [`CliError`] whose [`CliError::exit_code`] is 2 for usage or
 //! configuration mistakes and 1 for failures at run time (bad data, I/O, solver errors).
+//!
+//! Here: `train`, `score`, `model inspect`, `config check` and the dispatch of `eval`. The
+//! others have a file each: [`args`] (the clap definitions and the flags' help), [`daemon`]
+//! (`run`, `replay`), [`kafka`] (`record`, `replay --to-kafka`), [`stream`] (`stream make`),
+//! [`bench`] and [`bench_kafka`] (`bench ...`), `eval` (the PU evaluation), `np_eval` (the
+//! Neyman–Pearson protocol) with `np_cells` (its plan and per-split cells) and `baselines`
+//! (the linear-SVM baselines it compares against), and [`plot`] (ROC plots).
 
 pub mod args;
 mod baselines;

@@ -1,7 +1,9 @@
 //! The daemon's configuration file (TOML), its defaults, environment overrides and checks.
 //!
-//! Every key is documented on its field, in the file of its table (`source.rs`, `model.rs`,
-//! `kafka.rs`, …); `config/neyman.toml` (the embedded default) lists them all. This file holds
+//! Every key is documented on its field, in the file of its table: `source.rs`, `output.rs`,
+//! `state.rs`, `windows.rs`, `retrain.rs`, `model.rs` (which also maps `[model]` into the
+//! learner spec), `gate.rs`, `scoring.rs`, `http.rs`, `log.rs` and `kafka.rs`;
+//! `config/neyman.toml` (the embedded default) lists them all. This file holds
 //! the top-level [`Config`], loading ([`LoadedConfig`]), environment overrides, relative
 //! paths, the cross-key checks and the rendering of `neyman config check`; `values.rs` the value
 //! types tables share. Rules:

@@ -17,7 +17,8 @@
 //! *template*: an unknown path counts as `other`, so a scanner cannot blow up the label set.
 //!
 //! The daemon starts it with [`bind`] and [`serve`] on an [`AppState`]; tests drive
-//! [`router`] directly.
+//! [`router`] directly. Handlers by route: `score` (scoring), `model` (model metadata and the
+//! remembered models), `admin` (rollback); health, readiness and `/metrics` are here.
 
 mod admin;
 mod model;

@@ -12,6 +12,9 @@
 //! message arrived (a topic, or a record's `channel`), so a producer cannot relabel an event by
 //! editing it. A rejected message is never dropped silently: its [`Rejection`] carries a stable
 //! [`RejectReason`] that names the dead-letter record and the metric label.
+//!
+//! The common event (`id`, `ts`, dense `x`, nothing else) is read by a one-pass scanner
+//! (`scan`) where it reads exactly as serde_json does; everything else takes the serde paths.
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
