@@ -178,7 +178,7 @@ fn tfpl_params(
 
 /// The training rows' scaler: for USMO fitted on the positives and unlabeled rows (the rows it
 /// trains on), never on evaluation negatives; for τ-FPL fitted on every row and then divided by
-/// the largest scaled row norm, so ‖x‖ ≤ 1 on the training rows (note §6.15).
+/// the largest scaled row norm, so ‖x‖ ≤ 1 on the training rows (docs/tau-fpl.md §6.15).
 fn fit_scaler(args: &ModelArgs, algo: Algo, data: &Dataset) -> Scaler {
     match algo {
         Algo::Usmo => usmo_scaler(args.scale.into(), data),
