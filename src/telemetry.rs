@@ -5,7 +5,7 @@
 //! prefix, base units in the name (`_seconds`, `_bytes`), `_total` on counters. Label values
 //! known in advance (channels, outcomes, retrain results) are created at zero, so a rate or an
 //! absence alert works before the first event of its kind. The README's metrics table documents
-//! each family; [`FAMILIES`] is the list it is checked against.
+//! each family; [`FAMILIES`] lists them for the tests (promtool's lint, the Grafana dashboard).
 
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -59,7 +59,7 @@ impl EventOutcome {
 /// How a due retrain ended.
 pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
 
-/// Every metric family name, for the README check and the promtool test.
+/// Every metric family name, for the promtool test and the dashboard check.
 pub const FAMILIES: [&str; 34] = [
     "neyman_events_total",
     "neyman_dlq_events_total",

@@ -39,8 +39,10 @@ pub enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
-    /// Run the daemon: replay the config's [source] stream through windows, retrains, the gate
-    /// and scoring.
+    /// Run the daemon on the config's source: with source.kind = "replay" it replays
+    /// source.path through windows, retrains, the gate and scoring, then keeps serving HTTP
+    /// until SIGINT/SIGTERM; with source.kind = "kafka" it consumes the kafka input topics and
+    /// produces scores and dead letters to the kafka output topics.
     Run(RunArgs),
     /// Run the daemon on a recorded stream FILE instead of the config's [source] path.
     Replay(ReplayArgs),
@@ -64,8 +66,8 @@ pub struct RunArgs {
     /// The daemon's TOML configuration (e.g. config/neyman.toml).
     #[arg(long)]
     pub config: PathBuf,
-    /// Replay pace: max (virtual time, as fast as possible), realtime, or xN; default: the
-    /// config's source.speed.
+    /// Replay pace (source.kind = "replay" only): max (virtual time, as fast as possible),
+    /// realtime, or xN; default: the config's source.speed.
     #[arg(long)]
     pub speed: Option<String>,
     /// Start without resuming the newest stored model.

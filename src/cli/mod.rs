@@ -241,7 +241,8 @@ fn tfpl_params(
 
 /// The training rows' scaler (see [`crate::learn::spec::Learner::scaler`]): for usmo fitted on
 /// the positives and unlabeled rows it trains on, never on evaluation negatives; for τ-FPL on
-/// every row, then divided by the largest scaled row norm, so ‖x‖ ≤ 1 on the training rows.
+/// every row, then divided by the largest scaled row norm, so ‖x‖ ≤ 1 on the training rows
+/// (docs/tau-fpl.md §6.15).
 fn fit_scaler(args: &ModelArgs, algo: Algo, data: &Dataset) -> Scaler {
     match algo {
         Algo::Usmo => usmo_scaler(args.scale.into(), data),

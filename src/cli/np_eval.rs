@@ -1,5 +1,5 @@
 //! `neyman eval --tau T[,T...]`: the Neyman–Pearson protocol of the τ-FPL paper (Zhang et al.,
-//! AAAI 2018, Table 3; note `tau-fpl.md` §5).
+//! AAAI 2018, Table 3; docs/tau-fpl.md §5, and docs/table3.md for the reproduction).
 //!
 //! Split r (seed `--seed + r`; splits run in parallel) does:
 //! 1. A stratified hold-out: `--test-fraction` (default 0.333, the paper's 1/3) of each class is
@@ -7,16 +7,16 @@
 //!    is PU-labelled (the test part keeps its true labels).
 //! 2. For every τ and method, using the training part only:
 //!    - **tfpl**: features scaled as `train` does (`--scale`, then divided by the largest training
-//!      row norm, note §6.15); the test rows get the same scaler. R comes from
+//!      row norm, docs/tau-fpl.md §6.15); the test rows get the same scaler. R comes from
 //!      [`crate::learn::tune::choose_reg`]: 1e-6 … 10 in decades, `--cv`-fold (default 5)
 //!      stratified CV with the paper's criterion (3) at τ (fraction of validation positives at or
 //!      below the (⌊τ·n_val⌋+1)-th largest validation-negative score), ties to the larger R, the
-//!      grid extended by a decade past a boundary optimum strictly better than its neighbour,
-//!      at most twice, fits warm-started along the grid from large to small R and stopped at a
-//!      gain-relative duality gap of [`CV_TOL`] unless `--tol`. `--reg` fixes R and skips the CV. The CV only sees the
-//!      rows the scorer will be trained on, so rows held out to calibrate an umbrella threshold
-//!      stay unseen. Then τ-FPL (ranking at `--rank-tau`, default τ) is trained with that R and
-//!      its threshold calibrated per `--threshold`
+//!      grid extended by a decade past a boundary optimum strictly better than its neighbour, at
+//!      most twice, fits warm-started along the grid from large to small R and stopped at a
+//!      gain-relative duality gap of [`CV_TOL`] unless `--tol`. `--reg` fixes R and skips the CV.
+//!      The CV only sees the rows the scorer will be trained on, so rows held out to calibrate an
+//!      umbrella threshold stay unseen. Then τ-FPL (ranking at `--rank-tau`, default τ) is trained
+//!      with that R and its threshold calibrated per `--threshold`
 //!      ([`crate::learn::calibrate::Algorithm::fit_with_threshold`]).
 //!    - **usmo**: λ as in the PU evaluation (3-fold CV of the PU risk, or `--lambda`; it does not
 //!      depend on τ), then the threshold per `--threshold`.

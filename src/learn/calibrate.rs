@@ -321,7 +321,8 @@ pub fn usmo_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
 }
 
 /// The τ-FPL training scaler: fitted on every row, then divided by the largest scaled row
-/// norm, so ‖x‖ ≤ 1 on the training rows (note §6.15) and one R grid suits every data set.
+/// norm, so ‖x‖ ≤ 1 on the training rows (docs/tau-fpl.md §6.15) and one R grid suits every
+/// data set.
 pub fn tfpl_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
     let scaler = Scaler::fit(kind, &data.rows);
     let largest = scaler
@@ -363,7 +364,7 @@ fn pu_split(spec: &ThresholdSpec, data: &Dataset) -> Result<PuSplit, CalibrateEr
     Ok((without(data.len(), &held), cal_p, cal_u))
 }
 
-/// Out-of-bootstrap calibration (note §3.2) for any scorer: for each of `spec.rounds`
+/// Out-of-bootstrap calibration (docs/tau-fpl.md §3.2) for any scorer: for each of `spec.rounds`
 /// stratified bootstrap rounds over `data`'s positives and negatives, `train` fits a scorer on
 /// the in-bag rows and `score` scores the out-of-bag rows; the threshold is [`oob`] of those
 /// scores with `spec.oob_rule`. Returns the round scorers (the final scorer is their mean, so

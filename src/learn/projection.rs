@@ -1,14 +1,14 @@
 //! Euclidean projection onto Γ_k, the feasible set of the τ-FPL dual (7).
 //!
 //! Paper: X. Zhang, N. Li, Y. Pu, Y. Wang, J. Yan, H. Zha, "τ-FPL: Tolerance-Constrained
-//! Learning in Linear Time", AAAI 2018 (long version arXiv 1801.04701). The maths follows the
-//! project's digest (`tau-fpl.md` §2), which re-derives the paper and fills its gaps. Given
-//! a⁰ ∈ ℝᵐ, b⁰ ∈ ℝⁿ and 1 ≤ k ≤ n, problem (9) is
+//! Learning in Linear Time", AAAI 2018 (long version arXiv 1801.04701). The maths follows
+//! `docs/tau-fpl.md` §2, which re-derives the paper and fills its gaps; bare § numbers below
+//! are that file's. Given a⁰ ∈ ℝᵐ, b⁰ ∈ ℝⁿ and 1 ≤ k ≤ n, problem (9) is
 //!
 //!   min ½‖α − a⁰‖² + ½‖β − b⁰‖²  s.t.  α ≥ 0, β ≥ 0, Σα = Σβ, β_j ≤ (1/k)Σα.
 //!
-//! By Theorem 3 (note §2.1) the solution is α = [a⁰ − λ]₊, β = clip(b⁰ − μ, 0, C/k) with
-//! C = Σα, where λ is the root of the increasing function f(λ) = kλ + kν(C(λ)) (note §2.2–2.3):
+//! By Theorem 3 (§2.1) the solution is α = [a⁰ − λ]₊, β = clip(b⁰ − μ, 0, C/k) with
+//! C = Σα, where λ is the root of the increasing function f(λ) = kλ + kν(C(λ)) (§2.2–2.3):
 //!
 //! - C(λ) = Σ_i [a⁰_i − λ]₊;
 //! - μ(C) solves (11), Σ_j clip(b⁰_j − μ, 0, C/k) = C; it is unique for C > C₀ = k(b_(k) −
@@ -17,13 +17,13 @@
 //! - ν(C) = μ + (1/k) Σ_j [b⁰_j − δ]₊, and in regime I simply ν = (S_k − C)/k.
 //!
 //! The projection is zero iff k·a_(1) + S_k ≤ 0 (Lemma 1), and otherwise λ ∈ (−b_(1), a_(1))
-//! (Lemma 2). [`project_sorted`] is the exact sort-and-sweep of note §2.4, kept as the
-//! reference. [`project`] is the paper's Algorithm 2 as specified in note §2.6: a search on λ in
-//! which every entry whose status (α: zero / active; β: zero / free / capped) is fixed over the
-//! current interval is folded into a compensated aggregate and never read again, so each pass
-//! reads only the shrinking caches of uncertain entries, with the closed-form finish once both
-//! caches are empty. Where this implementation goes beyond the note (all to cut passes; the
-//! digest's §2.6 invariants are unchanged):
+//! (Lemma 2). [`project_sorted`] is the exact sort-and-sweep of §2.4, kept as the reference.
+//! [`project`] is the paper's Algorithm 2 as specified in §2.6: a search on λ in which every
+//! entry whose status (α: zero / active; β: zero / free / capped) is fixed over the current
+//! interval is folded into a compensated aggregate and never read again, so each pass reads only
+//! the shrinking caches of uncertain entries, with the closed-form finish once both caches are
+//! empty. Where this implementation goes beyond that specification (all to cut passes; the §2.6
+//! invariants are unchanged):
 //!
 //! - trial points are safeguarded Newton steps on f instead of midpoints (§2.5 mentions ibis's
 //!   secant steps), overshooting slightly so that the interval closes from both sides;
@@ -95,8 +95,8 @@ pub struct ProjectionWorkspace {
 }
 
 /// k = ⌊τ·n⌋ + 1 with a floating-point guard (floor(τn + 1e-9)), clipped to [1, n]
-/// (note §0: τ = 0.29, n = 100 gives 30, not 29). τ = 0 gives 1 (TopPush); NaN or negative τ
-/// also give 1, and n = 0 gives 1.
+/// (docs/tau-fpl.md §0: τ = 0.29, n = 100 gives 30, not 29). τ = 0 gives 1 (TopPush); NaN or
+/// negative τ also give 1, and n = 0 gives 1.
 pub fn k_for(tau: f64, n: usize) -> usize {
     let k = (tau * n as f64 + 1e-9).floor() + 1.0;
     if k >= n as f64 {
@@ -108,7 +108,7 @@ pub fn k_for(tau: f64, n: usize) -> usize {
     }
 }
 
-/// Neumaier's compensated sum: the aggregates of note §2.7 lose digits otherwise.
+/// Neumaier's compensated sum: the aggregates of docs/tau-fpl.md §2.7 lose digits otherwise.
 #[derive(Debug, Clone, Copy, Default)]
 struct Sum {
     hi: f64,
@@ -228,8 +228,8 @@ fn non_finite(input: &'static str, v: &[f64]) -> ProjectionError {
     }
 }
 
-/// Writes α = [a⁰ − λ]₊ and returns C = Σα of the written values (note §2.6 "Output": C is
-/// recomputed from the output so that the caps are exactly C/k), compensated entry by entry so
+/// Writes α = [a⁰ − λ]₊ and returns C = Σα of the written values (docs/tau-fpl.md §2.6, output: C
+/// is recomputed from the output so that the caps are exactly C/k), compensated entry by entry so
 /// that C is within an ulp or two of the exact sum.
 fn write_alpha(a0: &[f64], lambda: f64, alpha: &mut [f64]) -> f64 {
     // four compensated lanes: one dependency chain per lane, not per entry
@@ -272,7 +272,7 @@ fn log2_ceil(n: usize) -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reference: sort and sweep (note §2.4)
+// Reference: sort and sweep (docs/tau-fpl.md §2.4)
 // ---------------------------------------------------------------------------------------------
 
 /// Prefix sums SA_p / SB_q as compensated pairs, entry p = Σ of the first p values.
@@ -287,7 +287,7 @@ fn prefix_sums(sorted: &[f64]) -> Vec<Sum> {
     out
 }
 
-/// Reference path: exact sort and sweep (§2.4), O(m log m + n log n).
+/// Reference path: exact sort and sweep (docs/tau-fpl.md §2.4), O(m log m + n log n).
 ///
 /// Sorts both inputs descending and sweeps C = Σα upward over the breakpoints of λ(C) (one per
 /// a⁰ entry) and of ν(C) (regime I up to C₀, then the events "μ reaches b_(i+1)" and "δ reaches
@@ -507,7 +507,7 @@ fn select_desc(v: &mut [f64], r: usize, rng: &mut Rng, visits: &mut u64) -> Sele
     }
 }
 
-/// The order statistics of b⁰ that Algorithm 2 needs up front (note §2.6 "precomputed").
+/// The order statistics of b⁰ that Algorithm 2 needs up front (docs/tau-fpl.md §2.6, state).
 struct TopK {
     /// b_(1)
     max: f64,
@@ -696,7 +696,7 @@ fn b_pass(b0: &[f64], sel: &mut Selection, band: &mut Vec<f64>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Algorithm 2: bisection + divide and conquer (note §2.6)
+// Algorithm 2: bisection + divide and conquer (docs/tau-fpl.md §2.6)
 // ---------------------------------------------------------------------------------------------
 
 /// Steps before the tolerance finish gives up on the exact one.
@@ -808,7 +808,7 @@ struct BetaState {
 }
 
 impl BetaState {
-    /// No bounds yet: b_(k+1) (μ(0⁺) = δ(0⁺), note §2.6 "State") is known only after the
+    /// No bounds yet: b_(k+1) (μ(0⁺) = δ(0⁺), docs/tau-fpl.md §2.6) is known only after the
     /// first pass over b⁰.
     fn new() -> BetaState {
         BetaState {
@@ -1078,10 +1078,11 @@ const UNBOUNDED: [f64; 4] = [
     f64::INFINITY,
 ];
 
-/// One pass of a μ-solve over β entries: what it fixes by the outer bounds (note §2.6 "prune U",
-/// in that order: zero, capped, free) and what it decides for the plan's window (lo, hi).
-/// Counts and select-free sums over the entries that are not left in W, kept in locals so that
-/// the hot loops stay in registers; with (L, L + Wd) = (mu_hi, d_lo) and δ-cap level d_hi:
+/// One pass of a μ-solve over β entries: what it fixes by the outer bounds ("prune U" of
+/// docs/tau-fpl.md §2.6, in that order: zero, capped, free) and what it decides for the plan's
+/// window (lo, hi). Counts and select-free sums over the entries that are not left in W, kept in
+/// locals so that the hot loops stay in registers; with (L, L + Wd) = (mu_hi, d_lo) and δ-cap
+/// level d_hi:
 ///
 /// - p[0] = Σ [b − d_hi]₊ (only the bound-capped entries contribute);
 /// - p[1] = Σ clip(b − L, 0, Wd) (bound-free entries give b − L, those ≥ d_lo give Wd);
@@ -1335,7 +1336,7 @@ fn mu_start(
 
 /// μ(C) and ν(C) in regime II (C > C₀, k < n) from a started search: the root of the
 /// non-increasing G(μ) = Σ_j clip(b⁰_j − μ, 0, u) − C, u = C/k (eq. 11), by a randomized
-/// breakpoint search over W inside the window (note §2.6 `solve_mu`), then
+/// breakpoint search over W inside the window (docs/tau-fpl.md §2.6, `solve_mu`), then
 /// ν = μ + (1/k) Σ_j [b⁰_j − μ − u]₊ from the folded sums.
 fn mu_finish(
     b0: &[f64],
@@ -2369,7 +2370,7 @@ mod tests {
 
     #[test]
     fn known_small_cases() {
-        // a⁰ > 0 with b⁰ < 0 can still project to a non-zero point (note §2.7)
+        // a⁰ > 0 with b⁰ < 0 can still project to a non-zero point (docs/tau-fpl.md §2.7)
         let mut ws = ProjectionWorkspace::default();
         let ((alpha, beta), _) = run_dc(&[1.0], &[-0.5], 1, &mut ws);
         assert!((alpha[0] - 0.25).abs() < 1e-15 && (beta[0] - 0.25).abs() < 1e-15);

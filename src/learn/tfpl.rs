@@ -1,12 +1,12 @@
 //! τ-FPL: tolerance-constrained ranking in linear time.
 //!
 //! Paper: Zhang, Li, Pu, Wang, Yan, Zha, "τ-FPL: Tolerance-Constrained Learning in Linear Time",
-//! AAAI 2018 (long version arXiv 1801.04701); the maths follows the project's digest
-//! (`tau-fpl.md`). With m positives x_i⁺, n negatives x_j⁻, k = ⌊τn⌋ + 1 and l(u) = [1 − u]₊²:
+//! AAAI 2018 (long version arXiv 1801.04701); the maths follows `docs/tau-fpl.md` §1. With m
+//! positives x_i⁺, n negatives x_j⁻, k = ⌊τn⌋ + 1 and l(u) = [1 − u]₊²:
 //!
-//! - primal (6): min_w P(w) = (1/m) Σ_i l(wᵀx_i⁺ − (1/k) Σ_{j≤k} wᵀx⁻_[j]) + (R/2)‖w‖²;
+//! - primal (6): min_w P(w) = (1/m) Σ_i l(wᵀx_i⁺ − (1/k) Σ_{j≤k} wᵀx⁻_\[j\]) + (R/2)‖w‖²;
 //! - dual (7): min_{(α,β)∈Γ_k} g(α,β) = (1/(2mR)) ‖Xpᵀα − Xnᵀβ‖² + Σ_i (α_i²/4 − α_i), with
-//!   Γ_k = {α ≥ 0, β ≥ 0, Σα = Σβ, β_j ≤ Σα/k} (note §1.2);
+//!   Γ_k = {α ≥ 0, β ≥ 0, Σα = Σβ, β_j ≤ Σα/k} (docs/tau-fpl.md §1.2);
 //! - w = (Xpᵀα − Xnᵀβ)/(mR) (8), and the duality gap P(w(α,β)) + g(α,β)/m ≥ 0 is zero at the
 //!   optimum.
 //!
@@ -15,7 +15,7 @@
 //!   doubled by backtracking if the sufficient-decrease test fails) and gradient-based adaptive
 //!   restart, projecting onto Γ_k with [`crate::learn::projection::project`] (Algorithm 2). Any
 //!   kernel; warm-startable.
-//! - an **interior-point** method on the primal ([`ipm`]) for a linear scorer with few features:
+//! - an **interior-point** method on the primal (`ipm`) for a linear scorer with few features:
 //!   20–35 iterations whatever R, where FISTA needs O(1/√R) steps.
 //!
 //! Both stop on a certified, gain-relative duality gap. P(0) = 1 (every positive has loss 1 at
@@ -26,8 +26,8 @@
 //! from non-negative terms so that neither is a difference of numbers close to 1.
 //! Writing u = (α, −β) and s = scores of all training samples, everything is expressed through
 //! one linear map u ↦ s: s = Z Zᵀu/(mR) for the linear scorer (two O(d(m+n)) products) and
-//! s = K u/(mR) for the kernel scorer (the Gram form of note §1.4, whose (m+n)² matrix is
-//! refused above a byte budget). Then g = ½uᵀs + Σ(α²/4 − α) and (R/2)‖w‖² = uᵀs/(2m).
+//! s = K u/(mR) for the kernel scorer (the Gram form of docs/tau-fpl.md §1.4, whose (m+n)²
+//! matrix is refused above a byte budget). Then g = ½uᵀs + Σ(α²/4 − α) and (R/2)‖w‖² = uᵀs/(2m).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -216,7 +216,7 @@ pub struct TfplModel {
     pub report: TfplReport,
 }
 
-/// The linear map u ↦ s = scores of the training samples (note §1.4), with u = (α, −β).
+/// The linear map u ↦ s = scores of the training samples (docs/tau-fpl.md §1.4), u = (α, −β).
 enum ScoreMap {
     /// Z = [Xp; Xn]: s = Z (Zᵀu) / (mR).
     Linear { z: Rows, scale: f64 },
@@ -624,7 +624,7 @@ struct Fista {
 impl Fista {
     fn new(map: ScoreMap, m: usize, k: usize, x: Vec<f64>) -> Fista {
         let len = x.len();
-        // Hessian of g = DKD/(mR) + diag(½I_m, 0) (note §1.3).
+        // Hessian of g = DKD/(mR) + diag(½I_m, 0) (docs/tau-fpl.md §1.3).
         let lipschitz = map.largest_eigenvalue(len) + 0.5;
         let mut fista = Fista {
             map,

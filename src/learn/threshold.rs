@@ -1,8 +1,8 @@
 //! Thresholds that turn any scorer into a classifier whose false-positive rate (FPR) stays near or
 //! under a tolerance τ. Everything works on score arrays (negatives, unlabeled, positives), so
 //! any scorer can be calibrated on any split. The rule everywhere is: positive iff
-//! score > threshold (strict). The procedures follow the project's τ-FPL digest (`tau-fpl.md`
-//! §3):
+//! score > threshold (strict). The procedures follow `docs/tau-fpl.md` §3 (bare § numbers below
+//! are that file's), and why the certified ones hold is in `docs/certificates.md`:
 //!
 //! - [`oob`] (§3.1–3.2): the τ-FPL paper's out-of-bootstrap thresholding (Zhang et al., AAAI
 //!   2018): per stratified bootstrap round, a threshold on the round's out-of-bag scores by
@@ -32,7 +32,7 @@ use statrs::function::beta::beta_reg;
 use crate::learn::metrics::np_score;
 
 /// Share of the training negatives held out to calibrate [`umbrella`] unless configured (nproc's
-/// `split.ratio`, §3.3).
+/// `split.ratio`, docs/tau-fpl.md §3.3).
 pub const DEFAULT_CALIBRATION_FRACTION: f64 = 0.5;
 
 /// Candidate thresholds of [`candidate_grid`] unless configured: steps of 0.5 % of the training
@@ -60,7 +60,7 @@ pub enum ThresholdMethod {
     PuUmbrella,
 }
 
-/// The per-round threshold rule of [`oob`] (§3.2).
+/// The per-round threshold rule of [`oob`] (docs/tau-fpl.md §3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum OobRule {
     /// [`quantile_threshold`]: empirical out-of-bag FPR ≤ τ.
@@ -286,7 +286,7 @@ fn min_negatives(tau: f64, delta: f64) -> usize {
 
 /// Minimum held-out negatives for [`umbrella`]: ⌈ln δ / ln(1 − τ)⌉, the smallest n′ with
 /// (1 − τ)^n′ ≤ δ, i.e. where even the largest of n′ scores is certified (τ = 0.1, δ = 0.05 →
-/// 29; τ = 0.05 → 59; τ = 0.01 → 299; note §3.3).
+/// 29; τ = 0.05 → 59; τ = 0.01 → 299; docs/certificates.md §1).
 pub fn umbrella_min_negatives(tau: f64, delta: f64) -> Result<usize, ThresholdError> {
     check_tau(tau)?;
     check_delta(delta)?;
@@ -320,27 +320,17 @@ fn umbrella_fpr_bound(n: usize, k: usize, delta: f64, tau: f64) -> f64 {
     bisect(tau, 0.0, |t| binomial_upper_tail(n, k, 1.0 - t) <= delta)
 }
 
-/// The Neyman–Pearson umbrella threshold (note §3.3; Tong, Feng, Li 2018): with n′ held-out
-/// calibration negative scores, k* = min{k ∈ 1..n′ : P(Bin(n′, 1 − τ) ≥ k) ≤ δ} and the
-/// threshold t is the k*-th smallest calibration score. Then P(FPR(t) > τ) ≤ δ over the draw
-/// of the calibration negatives, for any scorer trained without them.
+/// The Neyman–Pearson umbrella threshold (Tong, Feng, Li 2018; docs/tau-fpl.md §3.3): with n′
+/// held-out calibration negative scores, k* = min{k ∈ 1..n′ : P(Bin(n′, 1 − τ) ≥ k) ≤ δ} and
+/// the threshold t is the k*-th smallest calibration score. Then P(FPR(t) > τ) ≤ δ over the
+/// draw of the calibration negatives, for any scorer trained without them, ties included
+/// thanks to the strict rule (proof: docs/certificates.md §1).
 ///
-/// Proof (ties included, thanks to the strict rule): let F(s) = P(S ≤ s) for a negative's score
-/// S, so FPR(t) = 1 − F(t), and FPR(t) > τ ⇔ F(t) < 1 − τ. The set {s : F(s) < 1 − τ} is a
-/// half-line on which F < 1 − τ, so each calibration score falls in it with probability
-/// p′ ≤ 1 − τ. If F(t) < 1 − τ for t the k*-th smallest, the k* smallest scores all lie in it
-/// (F is non-decreasing), so P(FPR(t) > τ) ≤ P(Bin(n′, p′) ≥ k*) ≤ P(Bin(n′, 1 − τ) ≥ k*) ≤ δ.
-///
-/// The same argument at any τ′ gives P(FPR(t) > τ′) ≤ P(Bin(n′, 1 − τ′) ≥ k*), so
-/// `fpr_bound` is the smallest τ′ with P(Bin(n′, 1 − τ′) ≥ k*) ≤ δ (≤ τ by the choice of k*).
-/// For continuous scores F(t) is the k*-th smallest of n′ uniforms, U₍ₖ₎ ~ Beta(k*, n′ − k* + 1),
-/// and P(Bin(n′, q) ≥ k) = P(U₍ₖ₎ ≤ q) = I_q(k, n′ − k + 1), so `fpr_bound` is 1 minus the
-/// δ-quantile of Beta(k*, n′ − k* + 1) and the FPR exceeds it with probability exactly δ.
-///
-/// `fpr_estimate` is (#calibration scores > t + 1)/(n′ + 1): for continuous scores this is
-/// (n′ − k* + 1)/(n′ + 1) = E(1 − U₍ₖ₎), the unbiased estimate, where the plain share
-/// (n′ − k*)/n′ is biased low by about 1/n′. `tpr_estimate` is the share of
-/// `positive_scores_for_tpr` above t (`None` if not given or empty).
+/// `fpr_bound` is the smallest τ′ with P(Bin(n′, 1 − τ′) ≥ k*) ≤ δ (≤ τ by the choice of k*):
+/// 1 minus the δ-quantile of Beta(k*, n′ − k* + 1). `fpr_estimate` is
+/// (#calibration scores > t, plus 1)/(n′ + 1), unbiased for continuous scores, where the plain
+/// share is biased low by about 1/n′. `tpr_estimate` is the share of `positive_scores_for_tpr`
+/// above t (`None` if not given or empty).
 ///
 /// Refuses with [`ThresholdError::TooFewNegatives`], naming [`umbrella_min_negatives`], when
 /// n′ is too small for any rank. Tails come from `statrs`' incomplete beta function, checked
@@ -384,10 +374,11 @@ pub fn umbrella(
     })
 }
 
-/// The "quantile" rule of §3.2 on held-out scores: the (⌊τ·n₂⌋ + 1)-th largest of the n₂
-/// negative scores (k clipped to [1, n₂], the floor guarded against τ·n₂ landing just under an
-/// integer, note §0). With the strict rule at most ⌊τ·n₂⌋ held-out negatives are flagged, so the
-/// held-out FPR is ≤ τ; for continuous scores the population E(FPR) is k/(n₂ + 1) ≈ τ.
+/// The "quantile" rule of docs/tau-fpl.md §3.2 on held-out scores: the (⌊τ·n₂⌋ + 1)-th largest
+/// of the n₂ negative scores (k clipped to [1, n₂], the floor guarded against τ·n₂ landing just
+/// under an integer, docs/tau-fpl.md §0). With the strict rule at most ⌊τ·n₂⌋ held-out negatives
+/// are flagged, so the held-out FPR is ≤ τ; for continuous scores the population E(FPR) is
+/// k/(n₂ + 1) ≈ τ.
 ///
 /// τ may be 0 here (the largest negative score: TopPush's setting).
 pub fn quantile_threshold(negative_scores: &[f64], tau: f64) -> Result<f64, ThresholdError> {
@@ -405,9 +396,10 @@ pub fn quantile_threshold(negative_scores: &[f64], tau: f64) -> Result<f64, Thre
     Ok(*kth_largest)
 }
 
-/// The "npscore" rule of §3.2 (the τ-FPL paper's experiments): among all distinct held-out
-/// scores, the threshold b minimising the Neyman–Pearson score max(fpr, τ)/τ − tpr (Scott 2007;
-/// [`np_score`]) of the rule score > b; ties (within 1e-12) go to the larger threshold.
+/// The "npscore" rule of docs/tau-fpl.md §3.2 (the τ-FPL paper's experiments): among all distinct
+/// held-out scores, the threshold b minimising the Neyman–Pearson score max(fpr, τ)/τ − tpr
+/// (Scott 2007; [`np_score`]) of the rule score > b; ties (within 1e-12) go to the larger
+/// threshold.
 pub fn npscore_threshold(
     positive_scores: &[f64],
     negative_scores: &[f64],
@@ -439,12 +431,12 @@ pub fn npscore_threshold(
     Ok(best.1)
 }
 
-/// Stratified bootstrap draws for `rounds` rounds (§3.2), deterministic from `seed`
+/// Stratified bootstrap draws for `rounds` rounds (docs/tau-fpl.md §3.2), deterministic from `seed`
 /// (ChaCha8Rng): per round, `positives.len()` draws with replacement from `positives` and
 /// `negatives.len()` from `negatives`.
 ///
 /// Each round is (in-bag, out-of-bag). In-bag holds the positive draws then the negative draws in
-/// draw order, duplicates kept (§3.2 counts them, e.g. for k). Out-of-bag holds the entries never
+/// draw order, duplicates kept (they count, e.g. for k). Out-of-bag holds the entries never
 /// drawn, positives then negatives, in input order: the complement of the in-bag set when the
 /// lists hold distinct indices. A class of one sample is always drawn, so its round has no
 /// out-of-bag member of that class.
@@ -510,12 +502,12 @@ pub fn calibration_split(
     Ok((training, calibration))
 }
 
-/// Out-of-bootstrap thresholding (§3.2): `per_round` holds each round's out-of-bag (positive,
-/// negative) scores under that round's scorer. Each round's threshold comes from `rule`; the
-/// result is their mean (pair it with the mean of the per-round weights: mean_r(w_rᵀx − b_r) =
+/// Out-of-bootstrap thresholding (docs/tau-fpl.md §3.2): `per_round` holds each round's out-of-bag
+/// (positive, negative) scores under that round's scorer. Each round's threshold comes from `rule`;
+/// the result is their mean (pair it with the mean of the per-round weights: mean_r(w_rᵀx − b_r) =
 /// w̄ᵀx − b̄). `fpr_estimate` and `tpr_estimate` are the mean per-round out-of-bag rates at the
-/// per-round thresholds; the TPR mean skips rounds without out-of-bag positives (`None` if all
-/// lack them). This aims at E(FPR) ≈ τ and certifies nothing (`fpr_bound` is `None`).
+/// per-round thresholds; the TPR mean skips rounds without out-of-bag positives (`None` if all lack
+/// them). This aims at E(FPR) ≈ τ and certifies nothing (`fpr_bound` is `None`).
 ///
 /// Every round needs out-of-bag negatives, and with [`OobRule::NpScore`] positives too. τ must be
 /// in [0, 1) for the quantile rule and (0, 1) for the NP-score rule.
@@ -610,25 +602,11 @@ fn pu_fpr_bound(f: f64, tpr: f64, prior_min: f64, prior_max: f64) -> f64 {
 /// (F̂_U − π_mid·T̂PR)/(1 − π_mid) clipped to [0, 1], π_mid the interval's midpoint;
 /// `tpr_estimate` is T̂PR.
 ///
-/// Guarantee: P(FPR(t̂) > τ) ≤ δ over the draw of P′ and U′. All rates are population rates of
-/// the scorer's score distribution, so the scorer must not have seen P′ or U′, and the
-/// candidates must be fixed without them (e.g. [`candidate_grid`] of training scores).
-///
-/// Proof. Fix the scorer and the candidates. For a candidate t, #{u ∈ U′ : s(u) > t} is
-/// Bin(|U′|, F_U(t)) with F_U(t) the population flag rate of unlabeled samples, and
-/// #{p ∈ P′ : s(p) > t} is Bin(|P′|, TPR(t)) (SCAR: labelled positives are distributed as
-/// positives). The one-sided Clopper–Pearson bounds give P(F_U(t) > F_U⁺(t)) ≤ α and
-/// P(TPR(t) < TPR⁻(t)) ≤ α for every value of the true rate. A union bound over the 2M events
-/// gives, with probability ≥ 1 − 2Mα = 1 − δ, the event E: F_U(t) ≤ F_U⁺(t) and
-/// TPR(t) ≥ TPR⁻(t) for all candidates at once. Unlabeled samples are positives with
-/// probability π and negatives otherwise, so F_U(t) = π·TPR(t) + (1 − π)·FPR(t), i.e.
-/// FPR(t) = (F_U(t) − π·TPR(t))/(1 − π) (π < 1). On E, since 1 − π > 0 and π ≥ 0,
-/// FPR(t) ≤ (F_U⁺(t) − π·TPR⁻(t))/(1 − π) =: g(π). g′(π) = (F_U⁺ − TPR⁻)/(1 − π)², so g is
-/// monotone on [π_min, π_max] (increasing when F_U⁺ ≥ TPR⁻, decreasing otherwise — the usual
-/// case for a scorer better than chance, where π_min is the binding end), and its maximum over
-/// the interval is at an endpoint. FPR ∈ [0, 1], so clipping keeps the bound. Hence on E every
-/// candidate with `fpr_bound` ≤ τ has FPR ≤ τ, in particular the chosen one, whichever it is:
-/// P(FPR(t̂) > τ) ≤ P(not E) ≤ δ. A refusal is not a violation.
+/// Guarantee: P(FPR(t̂) > τ) ≤ δ over the draw of P′ and U′ (proof: docs/certificates.md §2: a
+/// union bound over the 2M Clopper–Pearson events, F_U = π·TPR + (1 − π)·FPR, and the bound
+/// monotone in π). All rates are population rates of the scorer's score distribution, so the
+/// scorer must not have seen P′ or U′, and the candidates must be fixed without them (e.g.
+/// [`candidate_grid`] of training scores). A refusal is not a violation.
 ///
 /// Since each Clopper–Pearson bound brackets its empirical rate (F_U⁺ ≥ F̂_U, TPR⁻ ≤ T̂PR) and
 /// the bound rises with F_U and falls with TPR, candidates whose plug-in bound already exceeds τ

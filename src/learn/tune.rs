@@ -1,5 +1,6 @@
 //! Hyper-parameter choice by stratified cross-validation, as in the τ-FPL paper's experiments
-//! (note §5.1: 5-fold CV on a grid, the grid extended when the optimum is on its boundary).
+//! (5-fold CV on a grid, the grid extended when the optimum is on its boundary; docs/tau-fpl.md
+//! §5.1).
 //!
 //! τ-FPL's R is chosen by the paper's criterion (3): on each validation fold, the fraction of
 //! positives scored at or below the (⌊τ·n_val⌋ + 1)-th largest validation-negative score
@@ -112,9 +113,9 @@ struct Fold {
 /// strictly better than its neighbour, the grid grows by one decade in that direction, at most
 /// [`MAX_EXTENSIONS`] times. Ties go to the larger R (the simpler model). A tie at the boundary
 /// does not extend: the criterion is then flat there, and with ‖x‖ ≤ 1 large R only rescales
-/// the same limit solution (on heart and breast-cancer the warm-started fits at 100 and 1000
-/// took 0–5 iterations and tied exactly, while a final fit at 1000 costs ~15× one at 0.1). Fold `f`'s fit at each R warm-starts from its fit at the
-/// neighbouring R ([`crate::learn::tfpl::TfplValidParams::fit_with`]).
+/// the same limit solution, at a higher cost (measurements in docs/tau-fpl.md §5.1). Fold `f`'s
+/// fit at each R warm-starts from its fit at the neighbouring R
+/// ([`crate::learn::tfpl::TfplValidParams::fit_with`]).
 pub fn choose_reg(
     params: &TfplParams,
     data: &Dataset,

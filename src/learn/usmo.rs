@@ -1,21 +1,21 @@
 //! USMO: sequential minimal optimisation for the positive-unlabeled double-hinge SVM.
 //!
 //! Paper: E. Sansone, F. G. B. De Natale, Z.-H. Zhou, "Efficient Training for Positive Unlabeled
-//! Learning", TPAMI 41(11), 2019. The maths follows the project's digest (`usmo.md`), which
-//! re-derives the paper and corrects it. With p labelled positives P and n unlabeled samples U:
+//! Learning", TPAMI 41(11), 2019. The maths follows `docs/usmo.md`, which re-derives the paper
+//! and corrects it. With p labelled positives P and n unlabeled samples U:
 //!
-//! - c1 = π/(2λp), c2 = 1/(2λn) (note §1.2);
+//! - c1 = π/(2λp), c2 = 1/(2λn) (docs/usmo.md §1.2);
 //! - dual (6): min F(σ,δ) = ½σ'Qσ − c1 q'σ − ½1'δ  s.t. 1'σ = c1 p, δ/2 ≤ σ ≤ c2 − δ/2,
-//!   0 ≤ δ ≤ c2, with Q = K_UU and q_u = Σ_{i∈P} k(x_u, x_i) (note §1.3); at any optimum
-//!   δ_u = min(2σ_u, 2c2 − 2σ_u) (Lemma 1), so δ is never stored;
+//!   0 ≤ δ ≤ c2, with Q = K_UU and q_u = Σ_{i∈P} k(x_u, x_i) (docs/usmo.md §1.3); at any
+//!   optimum δ_u = min(2σ_u, 2c2 − 2σ_u) (Lemma 1), so δ is never stored;
 //! - f(x) = c1 Σ_P k(x, x_i) − Σ_U σ_u k(x, x_u) + β (eq. 7), and G_u = f(x_u) − β =
 //!   c1 q_u − (Qσ)_u is the cached "bias-free" value.
 //!
-//! Working-set selection uses the complete optimality test of note §3.2 (the paper's test (13)
-//! misses condition (iv)): with r_u = −G_u + (σ_u ≥ c2/2 ? 1 : −1) for σ_u < c2 (the cost of
-//! raising σ_u) and l_u = −G_u + (σ_u > c2/2 ? 1 : −1) for σ_u > 0 (the gain of lowering it),
-//! the point is τ-optimal iff max l − min r ≤ τ (`tol`). The pair is j = argmin r (raised) and
-//! the i with l_i > r_j that maximises the second-order gain (l_i − r_j)²/η_ij (lowered).
+//! Working-set selection uses the complete optimality test of docs/usmo.md §3.2 (the paper's test
+//! (13) misses condition (iv)): with r_u = −G_u + (σ_u ≥ c2/2 ? 1 : −1) for σ_u < c2 (the cost of
+//! raising σ_u) and l_u = −G_u + (σ_u > c2/2 ? 1 : −1) for σ_u > 0 (the gain of lowering it), the
+//! point is τ-optimal iff max l − min r ≤ τ (`tol`). The pair is j = argmin r (raised) and the i
+//! with l_i > r_j that maximises the second-order gain (l_i − r_j)²/η_ij (lowered).
 //!
 //! Pair steps find which samples sit on a bound (0, c2/2, c2) quickly, but among the free ones
 //! (strictly inside a piece, where F is an ordinary quadratic) they converge only linearly, and
@@ -137,7 +137,7 @@ pub struct UsmoState {
     pub n_positive: usize,
     /// One entry per unlabeled sample of the window, sorted by id.
     pub unlabeled: Vec<UnlabeledState>,
-    /// S_PP = Σ_{i,j∈P} k(x_i, x_j), for the primal objective (note §1.5).
+    /// S_PP = Σ_{i,j∈P} k(x_i, x_j), for the primal objective (docs/usmo.md §1.5).
     pub s_pp: f64,
 }
 
@@ -159,7 +159,7 @@ pub struct UsmoReport {
     pub dual_objective: f64,
     /// P(α, β) of primal (5) with ξ_u = max(0, f_u, (1 + f_u)/2).
     pub primal_objective: f64,
-    /// P + F + c1²·S_PP/2, zero at the optimum (strong duality, note §1.5).
+    /// P + F + c1²·S_PP/2, zero at the optimum (strong duality, docs/usmo.md §1.5).
     pub duality_residual: f64,
     /// max l − min r at the end; ≤ tol when converged.
     pub max_violation: f64,
@@ -238,12 +238,12 @@ fn snap(v: f64, c2: f64) -> f64 {
 /// The exact minimiser t ≥ 0 of the two-variable subproblem (8) along σ_i − t, σ_j + t.
 ///
 /// φ(t) = (G_i − G_j)t + ηt²/2 + |σ_i − t − c2/2| − |σ_i − c2/2| + |σ_j + t − c2/2| − |σ_j − c2/2|
-/// on [0, min(σ_i, c2 − σ_j)] (note §2.5, as a difference from the current point so tiny steps
-/// keep their precision). The breakpoints t = σ_i − c2/2 and t = c2/2 − σ_j split the segment
-/// into at most three pieces; each piece is one of the paper's four cases (Table 1: i on the
-/// upper or lower branch × j on the upper or lower branch), with κ the slope of the V-terms.
-/// Each piece's minimiser is clipped to the piece (the per-case clipping), and the best of all
-/// candidates wins. With η ≈ 0 each piece is linear, so only its ends are candidates.
+/// on [0, min(σ_i, c2 − σ_j)] (docs/usmo.md §2.5, as a difference from the current point so tiny
+/// steps keep their precision). The breakpoints t = σ_i − c2/2 and t = c2/2 − σ_j split the segment
+/// into at most three pieces; each piece is one of the paper's four cases (Table 1: i on the upper
+/// or lower branch × j on the upper or lower branch), with κ the slope of the V-terms. Each piece's
+/// minimiser is clipped to the piece (the per-case clipping), and the best of all candidates wins.
+/// With η ≈ 0 each piece is linear, so only its ends are candidates.
 pub fn pair_step(sigma_i: f64, sigma_j: f64, g_i: f64, g_j: f64, eta: f64, c2: f64) -> f64 {
     let half = 0.5 * c2;
     let t_max = sigma_i.min(c2 - sigma_j).max(0.0);
@@ -536,14 +536,14 @@ fn block_sum(kernel: Kernel, a: &Rows, b: &Rows) -> f64 {
 }
 
 impl UsmoValidParams {
-    /// Cold start (note §4.1): the unlabeled samples ranked by q_u, the top ⌊πn⌋ at σ = c2, the
-    /// next one at (πn − ⌊πn⌋)·c2, the rest at 0.
+    /// Cold start (docs/usmo.md §4.1): the unlabeled samples ranked by q_u, the top ⌊πn⌋ at σ = c2,
+    /// the next one at (πn − ⌊πn⌋)·c2, the rest at 0.
     pub fn fit(&self, data: &Dataset, cancel: &AtomicBool) -> Result<UsmoModel, UsmoError> {
         self.fit_with(None, data, cancel)
     }
 
-    /// Fits, starting from `previous` when given (note §4.2): kept samples keep σ/c2, q and Qσ,
-    /// updated with kernel values for the removed and added samples only; new samples start
+    /// Fits, starting from `previous` when given (docs/usmo.md §4.2): kept samples keep σ/c2, q and
+    /// Qσ, updated with kernel values for the removed and added samples only; new samples start
     /// from the previous decision function; the equality 1'σ = c1 p is restored by moving new
     /// samples first, then as few kept ones as possible. Same optimum as a cold start.
     ///
@@ -613,7 +613,7 @@ impl UsmoValidParams {
             newton_steps,
             ..
         } = solver;
-        // Objectives (note §1.6), all from σ, q and G: Qσ = c1 q − G.
+        // Objectives (docs/usmo.md §1.6), all from σ, q and G: Qσ = c1 q − G.
         let q_sigma: Vec<f64> = q.iter().zip(&g).map(|(q, g)| c1 * q - g).collect();
         let sqs: f64 = sigma.iter().zip(&q_sigma).map(|(s, qs)| s * qs).sum();
         let qs: f64 = sigma.iter().zip(&q).map(|(s, q)| s * q).sum();
@@ -932,7 +932,7 @@ struct WarmStart {
     extra_evaluations: u64,
 }
 
-/// The cold start of note §4.1: rank by q_u, descending (ties by index), fill from the top.
+/// The cold start of docs/usmo.md §4.1: rank by q_u, descending (ties by index), fill from the top.
 fn ranked_start(q: &[f64], prior: f64, c2: f64) -> Vec<f64> {
     let n = q.len();
     let mut order: Vec<usize> = (0..n).collect();

@@ -11,9 +11,9 @@
 //!   consumer resumes from, so the windows are re-read and nothing unanswered is skipped.
 //!
 //! Kafka keeps one offset per group and partition, so `done` is committed as the offset of a
-//! companion group (`<group_id>.done`, kept by the daemon's Kafka driver); commit metadata
-//! would do, but not every broker keeps it (tansu 0.6 drops it) and librdkafka skips a commit
-//! whose offset did not move even when its metadata did.
+//! companion group, `<group_id>.done` (README, "Delivery semantics"); commit metadata would
+//! do, but not every broker keeps it (tansu 0.6 drops it) and librdkafka skips a commit whose
+//! offset did not move even when its metadata did.
 
 use std::collections::{BTreeMap, VecDeque};
 

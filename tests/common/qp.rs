@@ -1,4 +1,4 @@
-//! Independent reference solver for the USMO dual (6) (see `/work/shared/notes/usmo.md` §1, §3.6, §8).
+//! Independent reference solver for the USMO dual (6) (see `docs/usmo.md` §1, §3.6, §8).
 //!
 //! This module is written independently of the production solver (`src/learn/usmo.rs`) and of the
 //! production kernel code: it builds its own Gram matrices and solves the dual as a generic convex
@@ -51,11 +51,11 @@ pub struct QpSolution {
     pub dual_objective: f64,
     /// beta = midpoint of `bias_interval`.
     pub bias: f64,
-    /// [max_u l_u, min_u r_u] (notes §3.2/§3.6), computed from the returned sigma. A point counts as
-    /// on a bound if it is within `BOUND_TOL_REL * c2` of it or if clarabel's slack/multiplier pair
-    /// says the bound constraint is active. Because the interior-point solution is not exact, the
-    /// interval can be inverted (lo > hi) by a tiny amount (~1e-9 relative) when it is (nearly) a
-    /// single point.
+    /// [max_u l_u, min_u r_u] (docs/usmo.md §3.2, §3.6), computed from the returned sigma. A point
+    /// counts as on a bound if it is within `BOUND_TOL_REL * c2` of it or if clarabel's
+    /// slack/multiplier pair says the bound constraint is active. Because the interior-point
+    /// solution is not exact, the interval can be inverted (lo > hi) by a tiny amount (~1e-9
+    /// relative) when it is (nearly) a single point.
     pub bias_interval: (f64, f64),
     pub c1: f64,
     pub c2: f64,
@@ -205,7 +205,7 @@ pub fn primal_objective(
     0.5 * quad - c1 * pos - c1 * p as f64 * beta + c2 * xi
 }
 
-/// Where sigma_u sits relative to the bounds 0 < c2/2 < c2 (notes §3.1 states A..E).
+/// Where sigma_u sits relative to the bounds 0 < c2/2 < c2 (the states A..E of docs/usmo.md §3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SigmaState {
     /// sigma = 0 (state A)
@@ -269,7 +269,7 @@ pub fn bias_interval_from_states(g: &[f64], states: &[SigmaState]) -> (f64, f64)
     (lo, hi)
 }
 
-/// Bias interval [max_u l_u, min_u r_u] (notes §3.2) with
+/// Bias interval [max_u l_u, min_u r_u] (docs/usmo.md §3.2) with
 /// r_u = -G_u + (sigma_u >= c2/2 ? 1 : -1) over sigma_u < c2 and
 /// l_u = -G_u + (sigma_u > c2/2 ? 1 : -1) over sigma_u > 0,
 /// where "at the bound" is decided with an absolute tolerance `tol`.

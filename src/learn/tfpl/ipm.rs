@@ -6,8 +6,8 @@
 //! primal is small, so a Newton-type method whose iteration count hardly depends on R is far
 //! cheaper: 20–35 iterations on every R of the evaluation grid.
 //!
-//! Primal (6) as a convex QP. With top-k mean(s) = min_t t + (1/k) Σ_j [s_j − t]₊ and l
-//! non-decreasing in the top-k mean, (6) is
+//! Primal (6) as a convex QP (docs/tau-fpl.md §1.5). With top-k mean(s) = min_t t +
+//! (1/k) Σ_j [s_j − t]₊ and l non-decreasing in the top-k mean, (6) is
 //!
 //!   min (1/m) Σ_i ξ_i² + (R/2)‖w‖²  over w, t, h, η ∈ ℝⁿ, ξ ∈ ℝᵐ, subject to
 //!   ξ_i + x_iᵀw − h ≥ 1 (multiplier λ_i),  η_j − x_jᵀw + t ≥ 0 (μ_j),  η_j ≥ 0 (ζ_j),
