@@ -14,11 +14,10 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::event::{RejectReason, Rejection};
-use super::record::{payload_bytes, PayloadRepr, Record};
-use super::Channel;
+use super::record::{PayloadRepr, Record, RecordIn, RecordOut};
 
 /// One rejected message with why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,41 +36,39 @@ impl DlqRecord {
         }
     }
 
-    /// The record as one JSON line (without the newline).
+    /// The record as one JSON line (without the newline): `reason` and `detail`, then the
+    /// record's fields as a recorded-stream line has them.
     pub fn to_json_line(&self) -> String {
-        let r = &self.record;
-        let payload = PayloadRepr::of(&r.payload);
+        let payload = PayloadRepr::of(&self.record.payload);
         let out = DlqOut {
             reason: self.reason,
             detail: &self.detail,
-            channel: r.channel,
-            ts: r.ts,
-            key: r.key.as_deref(),
-            payload: payload.text(),
-            payload_b64: payload.base64(),
-            partition: r.partition,
-            offset: r.offset,
-            headers: &r.headers,
+            record: RecordOut::of(&self.record, &payload),
         };
         // Strings, integers and unit enums always serialise.
         serde_json::to_string(&out).unwrap_or_default()
     }
 
-    /// Parses one dead-letter line (for inspection tools and re-sending).
+    /// Parses one dead-letter line (for inspection tools and re-sending). Fields other than
+    /// `reason`, `detail` and a record's are refused, as in a recorded stream.
     pub fn from_json_line(line: &str) -> Result<DlqRecord, String> {
-        let d: DlqIn = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        let mut fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(line).map_err(|e| e.to_string())?;
+        let mut take = |name: &str| {
+            fields
+                .remove(name)
+                .ok_or_else(|| format!("missing field `{name}`"))
+        };
+        let reason: RejectReason =
+            serde_json::from_value(take("reason")?).map_err(|e| format!("reason: {e}"))?;
+        let detail: String =
+            serde_json::from_value(take("detail")?).map_err(|e| format!("detail: {e}"))?;
+        let record: RecordIn =
+            serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| e.to_string())?;
         Ok(DlqRecord {
-            reason: d.reason,
-            detail: d.detail,
-            record: Record {
-                channel: d.channel,
-                ts: d.ts,
-                key: d.key,
-                payload: payload_bytes(d.payload, d.payload_b64)?,
-                partition: d.partition,
-                offset: d.offset,
-                headers: d.headers,
-            },
+            reason,
+            detail,
+            record: record.into_record()?,
         })
     }
 }
@@ -80,40 +77,8 @@ impl DlqRecord {
 struct DlqOut<'a> {
     reason: RejectReason,
     detail: &'a str,
-    channel: Channel,
-    ts: i64,
-    key: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payload: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payload_b64: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    partition: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    offset: Option<i64>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    headers: &'a [(String, String)],
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DlqIn {
-    reason: RejectReason,
-    detail: String,
-    channel: Channel,
-    ts: i64,
-    #[serde(default)]
-    key: Option<String>,
-    #[serde(default)]
-    payload: Option<String>,
-    #[serde(default)]
-    payload_b64: Option<String>,
-    #[serde(default)]
-    partition: Option<i32>,
-    #[serde(default)]
-    offset: Option<i64>,
-    #[serde(default)]
-    headers: Vec<(String, String)>,
+    #[serde(flatten)]
+    record: RecordOut<'a>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -190,6 +155,7 @@ impl DlqWriter {
 mod tests {
     use super::*;
     use crate::stream::event::{parse_event, EventLimits};
+    use crate::stream::Channel;
 
     fn rejected(payload: &[u8], partition: Option<i32>) -> DlqRecord {
         let mut record = Record::new(Channel::Unlabeled, 42, Some("k1".into()), payload.to_vec());
@@ -241,6 +207,20 @@ mod tests {
         assert_eq!(back, letters);
         let reasons: Vec<&str> = back.iter().map(|d| d.reason.as_str()).collect();
         assert_eq!(reasons, ["invalid_json", "invalid_utf8", "invalid_id"]);
+    }
+
+    #[test]
+    fn a_line_with_an_unknown_or_missing_field_is_refused() {
+        let line = rejected(b"nope", Some(1)).to_json_line();
+        let extra = line.replacen('{', r#"{"extra":1,"#, 1);
+        assert!(DlqRecord::from_json_line(&extra)
+            .unwrap_err()
+            .contains("unknown field `extra`"));
+        let no_reason = line.replacen(r#""reason":"invalid_json","#, "", 1);
+        assert_eq!(
+            DlqRecord::from_json_line(&no_reason).unwrap_err(),
+            "missing field `reason`"
+        );
     }
 
     #[test]

@@ -124,10 +124,7 @@ impl<'a> PayloadRepr<'a> {
 }
 
 /// Exactly one of `payload` / `payload_b64`, decoded to bytes.
-pub(crate) fn payload_bytes(
-    payload: Option<String>,
-    payload_b64: Option<String>,
-) -> Result<Vec<u8>, String> {
+fn payload_bytes(payload: Option<String>, payload_b64: Option<String>) -> Result<Vec<u8>, String> {
     match (payload, payload_b64) {
         (Some(text), None) => Ok(text.into_bytes()),
         (None, Some(b64)) => base64::engine::general_purpose::STANDARD
@@ -138,8 +135,9 @@ pub(crate) fn payload_bytes(
     }
 }
 
+/// A record's fields as a line writes them; the dead-letter line adds its own in front.
 #[derive(Serialize)]
-struct RecordOut<'a> {
+pub(crate) struct RecordOut<'a> {
     channel: Channel,
     ts: i64,
     key: Option<&'a str>,
@@ -155,9 +153,10 @@ struct RecordOut<'a> {
     headers: &'a [(String, String)],
 }
 
+/// A record's fields as a line holds them.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RecordIn {
+pub(crate) struct RecordIn {
     channel: Channel,
     ts: i64,
     #[serde(default)]
@@ -174,36 +173,50 @@ struct RecordIn {
     headers: Vec<(String, String)>,
 }
 
+impl<'a> RecordOut<'a> {
+    /// `record`'s fields, its payload as `payload` represents it.
+    pub(crate) fn of(record: &'a Record, payload: &'a PayloadRepr) -> RecordOut<'a> {
+        RecordOut {
+            channel: record.channel,
+            ts: record.ts,
+            key: record.key.as_deref(),
+            payload: payload.text(),
+            payload_b64: payload.base64(),
+            partition: record.partition,
+            offset: record.offset,
+            headers: &record.headers,
+        }
+    }
+}
+
+impl RecordIn {
+    /// The record, its payload decoded.
+    pub(crate) fn into_record(self) -> Result<Record, String> {
+        Ok(Record {
+            channel: self.channel,
+            ts: self.ts,
+            key: self.key,
+            payload: payload_bytes(self.payload, self.payload_b64)?,
+            partition: self.partition,
+            offset: self.offset,
+            headers: self.headers,
+        })
+    }
+}
+
 impl Record {
     /// The record as one JSON line (without the newline); the same record gives the same text.
     pub fn to_json_line(&self) -> String {
         let payload = PayloadRepr::of(&self.payload);
-        let out = RecordOut {
-            channel: self.channel,
-            ts: self.ts,
-            key: self.key.as_deref(),
-            payload: payload.text(),
-            payload_b64: payload.base64(),
-            partition: self.partition,
-            offset: self.offset,
-            headers: &self.headers,
-        };
         // A struct of strings and integers always serialises.
-        serde_json::to_string(&out).unwrap_or_default()
+        serde_json::to_string(&RecordOut::of(self, &payload)).unwrap_or_default()
     }
 
     /// Parses one line of a recorded stream; the error is the message for [`RecordError`].
     pub fn from_json_line(line: &str) -> Result<Record, String> {
-        let r: RecordIn = serde_json::from_str(line).map_err(|e| e.to_string())?;
-        Ok(Record {
-            channel: r.channel,
-            ts: r.ts,
-            key: r.key,
-            payload: payload_bytes(r.payload, r.payload_b64)?,
-            partition: r.partition,
-            offset: r.offset,
-            headers: r.headers,
-        })
+        serde_json::from_str::<RecordIn>(line)
+            .map_err(|e| e.to_string())?
+            .into_record()
     }
 }
 
