@@ -32,6 +32,7 @@
 //!   requests with the active model, model metadata, the admin rollback, `/metrics`, health and
 //!   readiness; every response counted by route template.
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
+//! - [`files`]: files written atomically (temporary file beside, fsync, rename, directory fsync).
 //! - `main.rs`: the `neyman` command line (clap) and nothing else; the subcommands' work lives in
 //!   [`cli`].
 //!
@@ -46,6 +47,7 @@ pub mod codec;
 pub mod config;
 pub mod data;
 pub mod engine;
+pub mod files;
 pub mod learn;
 pub mod serve;
 pub mod stream;

@@ -228,7 +228,7 @@ fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<(), CliError>,
 ) -> Result<(), CliError> {
-    crate::engine::store::write_atomic_with(path, fill, |e| CliError::file(path, e))
+    crate::files::write_atomic_with(path, fill, |e| CliError::file(path, e))
 }
 
 /// The threshold flags as a spec, if `--tau` was given.

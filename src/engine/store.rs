@@ -8,18 +8,17 @@
 //!   `codec::frame(b"NEYMANDM", 2, algorithm tag, bincode((ModelMeta, Model)))`; the newest
 //!   `keep` files are kept. The zero padding makes name order version order.
 //!
-//! Every write is atomic: a temporary file in the same directory, fsync, rename, fsync of the
-//! directory. A reader therefore sees either the old file or the whole new one; a file that still
-//! fails its checksum (disk fault, manual edit) is skipped with a warning and the previous one is
-//! used.
+//! Every write is atomic ([`crate::files`]): a temporary file in the same directory, fsync,
+//! rename, fsync of the directory. A reader therefore sees either the old file or the whole new
+//! one; a file that still fails its checksum (disk fault, manual edit) is skipped with a warning
+//! and the previous one is used.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, CodecError};
+use crate::files::write_atomic;
 use crate::learn::model::Model;
 
 /// The first 8 bytes of a daemon model file.
@@ -154,50 +153,6 @@ fn algorithm_tag(model: &Model) -> u8 {
         Model::Usmo(_) => 1,
         Model::Tfpl(_) => 2,
     }
-}
-
-/// Writes `bytes` to `path` atomically; see [`write_atomic_with`].
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_atomic_with(path, |file| file.write_all(bytes), |e| e)
-}
-
-/// Writes `path` atomically with `fill` producing the content (streamed, so output larger than
-/// memory works): a temporary file in the same directory, fsync, rename, then fsync of the
-/// directory so the rename itself survives a crash. The temporary file is removed on failure.
-/// `io_error` turns the function's own I/O errors into the caller's error type.
-pub fn write_atomic_with<E>(
-    path: &Path,
-    fill: impl FnOnce(&mut BufWriter<File>) -> Result<(), E>,
-    io_error: impl Fn(std::io::Error) -> E,
-) -> Result<(), E> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        io_error(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a file path",
-        ))
-    })?;
-    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
-    let result = (|| {
-        let mut out = BufWriter::new(File::create(&tmp).map_err(&io_error)?);
-        fill(&mut out)?;
-        let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
-        file.sync_all().map_err(&io_error)?;
-        std::fs::rename(&tmp, path).map_err(&io_error)?;
-        // Directory fsync is how POSIX persists a rename; not every platform allows opening a
-        // directory, and the data itself is already safe, so a failure here is not an error.
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// A model file that could not be used on start, and why.
