@@ -12,9 +12,9 @@ use ndarray::array;
 use neyman::config::Secret;
 use neyman::data::{Dataset, Label, Rows, ScaleKind, Scaler};
 use neyman::engine::registry::Registry;
-use neyman::engine::store::{ModelMeta, ModelStore, StoredModel};
+use neyman::engine::store::{ModelStore, StoredModel};
 use neyman::learn::kernel::Kernel;
-use neyman::learn::model::{Fingerprint, Model, UsmoEntry};
+use neyman::learn::model::{Fingerprint, Model, Provenance, UsmoEntry};
 use neyman::learn::threshold::{ThresholdMethod, ThresholdResult};
 use neyman::learn::usmo::UsmoParams;
 use neyman::learn::Scorer;
@@ -81,7 +81,7 @@ fn stored(version: u64) -> StoredModel {
         });
     }
     StoredModel {
-        meta: ModelMeta {
+        meta: Provenance {
             version,
             trained_at_ms: 1_767_225_600_000 + version as i64 * 1000,
             config_fingerprint: 1,

@@ -33,14 +33,14 @@ use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
 use crate::engine::scoring::{score_one, ScoreOutput};
-use crate::engine::store::{ModelMeta, ModelStore, StoreError, StoredModel};
+use crate::engine::store::{ModelStore, StoreError, StoredModel};
 use crate::engine::window::{in_calibration, Entry, InsertOutcome, Window, WindowConfig};
 use crate::learn::calibrate::{
     tfpl_scaler, usmo_scaler, Algorithm, CalibrateError, Fit, ThresholdSpec,
 };
 use crate::learn::kernel::Kernel;
 use crate::learn::metrics::np_score;
-use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
+use crate::learn::model::{Fingerprint, Model, Provenance, TfplEntry, UsmoEntry};
 use crate::learn::tfpl::TfplParams;
 use crate::learn::threshold::{binomial_upper_tail, OobRule, ThresholdMethod, ThresholdResult};
 use crate::learn::usmo::UsmoParams;
@@ -774,7 +774,7 @@ impl Engine {
         };
         let n_features = job.n_features;
         let stored = StoredModel {
-            meta: ModelMeta {
+            meta: Provenance {
                 version,
                 trained_at_ms: snapshot.newest_ts,
                 config_fingerprint: self.fingerprint(n_features),

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
 
-use crate::engine::store::{ModelMeta, StoredModel};
+use crate::engine::store::StoredModel;
+use crate::learn::model::Provenance;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
@@ -109,7 +110,7 @@ impl Registry {
     }
 
     /// The remembered models' metadata, newest first.
-    pub fn list(&self) -> Vec<ModelMeta> {
+    pub fn list(&self) -> Vec<Provenance> {
         self.lock().iter().rev().map(|m| m.meta.clone()).collect()
     }
 }
@@ -160,7 +161,7 @@ mod tests {
         };
         fit.expansion.bias += version as f64 * 1000.0 - zero;
         StoredModel {
-            meta: ModelMeta {
+            meta: Provenance {
                 version,
                 trained_at_ms: 0,
                 config_fingerprint: 1,

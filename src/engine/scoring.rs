@@ -249,8 +249,8 @@ mod tests {
 
     use super::*;
     use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
-    use crate::engine::store::ModelMeta;
     use crate::learn::kernel::Kernel;
+    use crate::learn::model::Provenance;
     use crate::learn::model::{Fingerprint, Model, UsmoEntry};
     use crate::learn::threshold::{ThresholdMethod, ThresholdResult};
     use crate::learn::usmo::UsmoParams;
@@ -284,7 +284,7 @@ mod tests {
             .fit(&data, &AtomicBool::new(false))
             .expect("fit");
         StoredModel {
-            meta: ModelMeta {
+            meta: Provenance {
                 version: 7,
                 trained_at_ms: 0,
                 config_fingerprint: 1,
