@@ -18,6 +18,8 @@
 //!   ([`data::scale`]), PU relabelling and row ranges.
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
 //! - [`deque`]: searches and removals on sorted deques, for the windows and the offset book.
+//! - [`files`]: files written atomically (temporary file beside, fsync, rename, directory
+//!   fsync), for models, the version counter and command outputs.
 //! - [`config`]: the daemon's TOML configuration, one file per section: every key with its
 //!   default and doc, `NEYMAN_*` environment overrides, path resolution, checks that name the
 //!   key, secrets that redact themselves; `[model]` maps into [`learn::spec`].
@@ -45,7 +47,7 @@
 //!
 //! Dependencies point down, and `tests/layout.rs` checks it: `learn` names only `data` and
 //! `codec`, and no tokio, rdkafka, axum or tracing; `data` names nothing of the crate;
-//! `codec` and `deque` are leaves; `config` names `learn` and `data`; `telemetry` names only
+//! `codec`, `deque` and `files` are leaves; `config` names `learn` and `data`; `telemetry` names only
 //! `learn`; `stream` names `data`, `config` and `deque`, never `engine`; `engine` names
 //! `stream`, `data`, `learn`, `config`, `telemetry`, `codec` and `deque`, and no rdkafka,
 //! tokio or axum; `serve` names `engine`, `stream`, `learn`, `config` and `telemetry`;
@@ -58,6 +60,7 @@ pub mod daemon;
 pub mod data;
 pub mod deque;
 pub mod engine;
+pub mod files;
 pub mod learn;
 pub mod serve;
 pub mod stream;

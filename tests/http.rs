@@ -5,18 +5,16 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use ndarray::array;
 use neyman::config::Secret;
-use neyman::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+use neyman::data::{Rows, ScaleKind};
 use neyman::engine::registry::Registry;
-use neyman::engine::store::{ModelMeta, ModelStore, StoredModel};
+use neyman::engine::store::{ModelStore, StoredModel};
 use neyman::learn::kernel::Kernel;
-use neyman::learn::model::{Fingerprint, Model, UsmoEntry};
-use neyman::learn::threshold::{ThresholdMethod, ThresholdResult};
-use neyman::learn::usmo::UsmoParams;
+use neyman::learn::model::{toy, Model, Provenance};
+use neyman::learn::threshold::ThresholdResult;
 use neyman::learn::Scorer;
 use neyman::serve::{self, AppState, HttpLimits, ServeError};
 use neyman::stream::EventLimits;
@@ -33,60 +31,21 @@ const PROBES: [[f64; 2]; 4] = [[0.9, 0.0], [0.0, 1.0], [0.5, 0.5], [0.2, 0.8]];
 /// A linear USMO model on 2 features, trained on a fixed toy set; `version` shifts nothing
 /// but the metadata. The threshold is the midpoint of the middle two probe scores.
 fn stored(version: u64) -> StoredModel {
-    let data = Dataset {
-        rows: Rows::dense(array![
-            [1.0, 0.0],
-            [0.9, 0.1],
-            [0.0, 1.0],
-            [0.1, 0.8],
-            [0.8, 0.3]
-        ]),
-        labels: vec![
-            Label::Positive,
-            Label::Positive,
-            Label::Unlabeled,
-            Label::Unlabeled,
-            Label::Unlabeled,
-        ],
-        ids: (0..5).map(|i| i.to_string()).collect(),
-    };
-    let mut fit = UsmoParams::new(0.3, 0.1, Kernel::Linear)
-        .check()
-        .expect("valid parameters")
-        .fit(&data, &AtomicBool::new(false))
-        .expect("fit");
-    fit.report.train_seconds = 0.0;
-    let mut model = Model::Usmo(UsmoEntry {
-        scaler: Scaler::fit(ScaleKind::None, &data.rows),
-        fit,
-        tol: 1e-3,
-        fingerprint: Fingerprint::of(&data),
-        threshold: None,
-    });
+    let mut model = toy::usmo(Kernel::Linear, ScaleKind::None);
     let mut scores = probe_scores(&model);
     scores.sort_by(f64::total_cmp);
     let threshold = (scores[1] + scores[2]) / 2.0;
     if let Model::Usmo(entry) = &mut model {
         entry.threshold = Some(ThresholdResult {
-            method: ThresholdMethod::Umbrella,
-            tau: 0.1,
-            delta: Some(0.05),
-            threshold,
-            fpr_bound: Some(0.08),
-            fpr_estimate: 0.05,
-            tpr_estimate: Some(0.9),
             calibration_negatives: 120,
             calibration_positives: 30,
-            calibration_unlabeled: 0,
+            ..toy::threshold(threshold)
         });
     }
     StoredModel {
-        meta: ModelMeta {
-            version,
+        meta: Provenance {
             trained_at_ms: 1_767_225_600_000 + version as i64 * 1000,
-            config_fingerprint: 1,
-            n_features: 2,
-            window_sizes: [2, 3, 0],
+            ..toy::provenance(version)
         },
         model,
     }

@@ -267,16 +267,13 @@ fn with_spinner<T>(quiet: bool, message: &str, work: impl FnOnce() -> T) -> T {
     out
 }
 
-/// Reads a model file: one written by `neyman train`, or one the daemon stored in its state
-/// directory (which wraps the same model with its version and training metadata).
+/// Reads a model file of any layout neyman writes or wrote: one of `neyman train`, or one the
+/// daemon stored in its state directory (whose provenance is not needed here).
 fn read_model(path: &Path) -> Result<Model, CliError> {
     let bytes = std::fs::read(path).map_err(|e| CliError::file(path, e))?;
-    if bytes.starts_with(crate::engine::store::MAGIC) {
-        return crate::engine::store::StoredModel::from_file_bytes(&bytes)
-            .map(|s| s.model)
-            .map_err(|e| CliError::file(path, e));
-    }
-    Model::from_file_bytes(&bytes).map_err(|e| CliError::file(path, e))
+    crate::learn::model::from_file_bytes(&bytes)
+        .map(|file| file.model)
+        .map_err(|e| CliError::file(path, e))
 }
 
 /// Writes a file atomically: a temporary file beside it, fsync, rename.
@@ -292,7 +289,7 @@ fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<(), CliError>,
 ) -> Result<(), CliError> {
-    crate::engine::store::write_atomic_with(path, fill, |e| CliError::file(path, e))
+    crate::files::write_atomic_with(path, fill, |e| CliError::file(path, e))
 }
 
 /// The threshold flags as settings, if `--tau` was given.

@@ -35,11 +35,11 @@ use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
 use crate::engine::scoring::{score_one, ScoreOutput};
-use crate::engine::store::{ModelMeta, ModelStore, StoreError, StoredModel};
+use crate::engine::store::{ModelStore, StoreError, StoredModel};
 use crate::engine::window::{in_calibration, Entry, InsertOutcome, Window, WindowConfig};
 use crate::learn::calibrate::{Algorithm, CalibrateError, Fit, ThresholdSpec};
 use crate::learn::metrics::np_score;
-use crate::learn::model::{Fingerprint, Model};
+use crate::learn::model::{Fingerprint, Model, Provenance};
 use crate::learn::spec::{fit_of, model_of};
 use crate::learn::threshold::{binomial_upper_tail, ThresholdMethod, ThresholdResult};
 use crate::learn::Scorer;
@@ -804,7 +804,7 @@ impl Engine {
         };
         let n_features = job.n_features;
         let stored = StoredModel {
-            meta: ModelMeta {
+            meta: Provenance {
                 version,
                 trained_at_ms: snapshot.newest_ts,
                 config_fingerprint: self.fingerprint(n_features),

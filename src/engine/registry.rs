@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
 
-use crate::engine::store::{ModelMeta, StoredModel};
+use crate::engine::store::StoredModel;
+use crate::learn::model::Provenance;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
@@ -109,7 +110,7 @@ impl Registry {
     }
 
     /// The remembered models' metadata, newest first.
-    pub fn list(&self) -> Vec<ModelMeta> {
+    pub fn list(&self) -> Vec<Provenance> {
         self.lock().iter().rev().map(|m| m.meta.clone()).collect()
     }
 }
@@ -121,59 +122,23 @@ mod tests {
     use ndarray::array;
 
     use super::*;
-    use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+    use crate::data::{Rows, ScaleKind};
     use crate::learn::kernel::Kernel;
-    use crate::learn::model::{Fingerprint, Model, UsmoEntry};
-    use crate::learn::usmo::UsmoParams;
+    use crate::learn::model::{toy, Model};
     use crate::learn::Scorer;
 
     /// A model whose every score is `version`-dependent: the bias of a linear USMO fit is
     /// shifted by the version, so a score tells which model produced it.
     fn stored(version: u64) -> StoredModel {
-        let data = Dataset {
-            rows: Rows::dense(array![
-                [1.0, 0.0],
-                [0.9, 0.1],
-                [0.0, 1.0],
-                [0.1, 0.8],
-                [0.8, 0.3]
-            ]),
-            labels: vec![
-                Label::Positive,
-                Label::Positive,
-                Label::Unlabeled,
-                Label::Unlabeled,
-                Label::Unlabeled,
-            ],
-            ids: (0..5).map(|i| i.to_string()).collect(),
-        };
-        let mut fit = UsmoParams::new(0.3, 0.1, Kernel::Linear)
-            .check()
-            .expect("valid")
-            .fit(&data, &AtomicBool::new(false))
-            .expect("fit");
-        let zero = {
-            let mut out = [0.0];
-            fit.expansion
-                .decision_batch(&Rows::dense(array![[0.0, 0.0]]), &mut out);
-            out[0]
-        };
-        fit.expansion.bias += version as f64 * 1000.0 - zero;
+        let mut model = toy::usmo(Kernel::Linear, ScaleKind::None);
+        let mut zero = [0.0];
+        model.score_batch(&Rows::dense(array![[0.0, 0.0]]), &mut zero);
+        if let Model::Usmo(entry) = &mut model {
+            entry.fit.expansion.bias += version as f64 * 1000.0 - zero[0];
+        }
         StoredModel {
-            meta: ModelMeta {
-                version,
-                trained_at_ms: 0,
-                config_fingerprint: 1,
-                n_features: 2,
-                window_sizes: [2, 3, 0],
-            },
-            model: Model::Usmo(UsmoEntry {
-                scaler: Scaler::fit(ScaleKind::None, &data.rows),
-                fit,
-                tol: 1e-3,
-                fingerprint: Fingerprint::of(&data),
-                threshold: None,
-            }),
+            meta: toy::provenance(version),
+            model,
         }
     }
 

@@ -243,17 +243,12 @@ fn scored(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicBool;
-
     use ndarray::array;
 
     use super::*;
-    use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
-    use crate::engine::store::ModelMeta;
+    use crate::data::{Rows, ScaleKind};
     use crate::learn::kernel::Kernel;
-    use crate::learn::model::{Fingerprint, Model, UsmoEntry};
-    use crate::learn::threshold::{ThresholdMethod, ThresholdResult};
-    use crate::learn::usmo::UsmoParams;
+    use crate::learn::model::{toy, Model};
     use crate::stream::event::Features;
 
     fn model(threshold: f64) -> StoredModel {
@@ -261,54 +256,13 @@ mod tests {
     }
 
     fn model_with(threshold: f64, kernel: Kernel, scale: ScaleKind) -> StoredModel {
-        let data = Dataset {
-            rows: Rows::dense(array![
-                [1.0, 0.0],
-                [0.9, 0.1],
-                [0.0, 1.0],
-                [0.1, 0.8],
-                [0.8, 0.3]
-            ]),
-            labels: vec![
-                Label::Positive,
-                Label::Positive,
-                Label::Unlabeled,
-                Label::Unlabeled,
-                Label::Unlabeled,
-            ],
-            ids: (0..5).map(|i| i.to_string()).collect(),
-        };
-        let fit = UsmoParams::new(0.3, 0.1, kernel)
-            .check()
-            .expect("valid")
-            .fit(&data, &AtomicBool::new(false))
-            .expect("fit");
+        let mut model = toy::usmo(kernel, scale);
+        if let Model::Usmo(entry) = &mut model {
+            entry.threshold = Some(toy::threshold(threshold));
+        }
         StoredModel {
-            meta: ModelMeta {
-                version: 7,
-                trained_at_ms: 0,
-                config_fingerprint: 1,
-                n_features: 2,
-                window_sizes: [2, 3, 0],
-            },
-            model: Model::Usmo(UsmoEntry {
-                scaler: Scaler::fit(scale, &data.rows),
-                fit,
-                tol: 1e-3,
-                fingerprint: Fingerprint::of(&data),
-                threshold: Some(ThresholdResult {
-                    method: ThresholdMethod::Umbrella,
-                    tau: 0.1,
-                    delta: Some(0.05),
-                    threshold,
-                    fpr_bound: Some(0.08),
-                    fpr_estimate: 0.05,
-                    tpr_estimate: Some(0.9),
-                    calibration_negatives: 100,
-                    calibration_positives: 10,
-                    calibration_unlabeled: 0,
-                }),
-            }),
+            meta: toy::provenance(7),
+            model,
         }
     }
 

@@ -4,29 +4,21 @@
 //! - `version`: the highest model version ever issued, in decimal. [`ModelStore::next_version`]
 //!   writes the new value (atomically) *before* returning it, so a version is never issued twice,
 //!   even across a crash between issuing and saving.
-//! - `models/model-<version, 20 digits>.nmd`: one file per accepted model,
-//!   `codec::frame(b"NEYMANDM", 2, algorithm tag, bincode((ModelMeta, Model)))`; the newest
-//!   `keep` files are kept. The zero padding makes name order version order.
+//! - `models/model-<version, 20 digits>.nmd`: one file per accepted model, in the one model
+//!   file format of [`crate::learn::model`] (the model with its [`Provenance`]); the newest
+//!   `keep` files are kept. The zero padding makes name order version order. Files an earlier
+//!   release wrote (`NEYMANDM` version 2) are read as well.
 //!
-//! Every write is atomic: a temporary file in the same directory, fsync, rename, fsync of the
-//! directory. A reader therefore sees either the old file or the whole new one; a file that still
-//! fails its checksum (disk fault, manual edit) is skipped with a warning and the previous one is
-//! used.
+//! Every write is atomic ([`crate::files`]). A reader therefore sees either the old file or the
+//! whole new one; a file that still fails its checksum (disk fault, manual edit), has no
+//! provenance or a layout this build does not read is skipped with a warning and the previous
+//! one is used.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-use crate::codec::{self, CodecError};
-use crate::learn::model::Model;
-
-/// The first 8 bytes of a daemon model file.
-pub const MAGIC: &[u8; 8] = b"NEYMANDM";
-/// The daemon model file layout version: 2 since the USMO report gained `newton_steps`. A file
-/// of another version is skipped with a warning, like a corrupt one, and the daemon trains anew.
-pub const FORMAT_VERSION: u32 = 2;
+use crate::codec::CodecError;
+use crate::files::write_atomic;
+use crate::learn::model::{self, Model, ModelError, Provenance};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -49,26 +41,11 @@ impl StoreError {
     }
 }
 
-/// What the daemon knows about a model besides the model itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelMeta {
-    /// Never reused, increasing in issue order.
-    pub version: u64,
-    /// Event time (epoch ms) of the newest event in the training windows: virtual time, so
-    /// replays are reproducible.
-    pub trained_at_ms: i64,
-    /// Hash of what makes models interchangeable: algorithm, dimension and model parameters.
-    /// On start only a model with the current fingerprint is resumed.
-    pub config_fingerprint: u64,
-    pub n_features: usize,
-    /// Training events per channel (positive, unlabeled, negative) in the snapshot.
-    pub window_sizes: [usize; 3],
-}
-
-/// A persisted model with its metadata.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A persisted model with its provenance, which the daemon needs (its version, training time
+/// and configuration).
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoredModel {
-    pub meta: ModelMeta,
+    pub meta: Provenance,
     pub model: Model,
 }
 
@@ -100,17 +77,18 @@ impl StoredModel {
     }
 
     /// The model-topic value: the scoring-only model's file bytes, gzip-compressed.
-    pub fn to_wire(&self) -> Result<Vec<u8>, CodecError> {
+    pub fn to_wire(&self) -> Result<Vec<u8>, ModelError> {
         use std::io::Write;
         let bytes = self.scoring_only().to_file_bytes()?;
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         gz.write_all(&bytes)
             .and_then(|()| gz.finish())
-            .map_err(|e| CodecError::Decode(format!("compressing the model: {e}")))
+            .map_err(|e| CodecError::Decode(format!("compressing the model: {e}")).into())
     }
 
-    /// Reads a model-topic value; at most `max_bytes` are decompressed.
-    pub fn from_wire(bytes: &[u8], max_bytes: u64) -> Result<StoredModel, CodecError> {
+    /// Reads a model-topic value (of this release or an earlier one); at most `max_bytes` are
+    /// decompressed.
+    pub fn from_wire(bytes: &[u8], max_bytes: u64) -> Result<StoredModel, ModelError> {
         use std::io::Read;
         let mut raw = Vec::new();
         flate2::read::GzDecoder::new(bytes)
@@ -120,84 +98,27 @@ impl StoredModel {
         if raw.len() as u64 > max_bytes {
             return Err(CodecError::Decode(format!(
                 "the model decompresses to more than {max_bytes} bytes"
-            )));
+            ))
+            .into());
         }
         StoredModel::from_file_bytes(&raw)
     }
 
-    pub fn to_file_bytes(&self) -> Result<Vec<u8>, CodecError> {
-        let payload = codec::to_bytes(self)?;
-        Ok(codec::frame(
-            MAGIC,
-            FORMAT_VERSION,
-            algorithm_tag(&self.model),
-            &payload,
-        ))
+    /// The bytes of this model's file ([`model::to_file_bytes`] with the provenance).
+    pub fn to_file_bytes(&self) -> Result<Vec<u8>, ModelError> {
+        model::to_file_bytes(&self.model, Some(&self.meta))
     }
 
-    pub fn from_file_bytes(bytes: &[u8]) -> Result<StoredModel, CodecError> {
-        let frame = codec::unframe(bytes, MAGIC, FORMAT_VERSION..=FORMAT_VERSION)?;
-        let stored: StoredModel = codec::from_bytes(frame.payload)?;
-        if algorithm_tag(&stored.model) != frame.tag {
-            return Err(CodecError::Decode(format!(
-                "the header says algorithm tag {} but the file holds a {} model",
-                frame.tag,
-                stored.model.algorithm()
-            )));
-        }
-        Ok(stored)
+    /// Reads a model file of any layout [`model::from_file_bytes`] reads; one without
+    /// provenance is an error.
+    pub fn from_file_bytes(bytes: &[u8]) -> Result<StoredModel, ModelError> {
+        let file = model::from_file_bytes(bytes)?;
+        let meta = file.provenance.ok_or(ModelError::NoProvenance)?;
+        Ok(StoredModel {
+            meta,
+            model: file.model,
+        })
     }
-}
-
-fn algorithm_tag(model: &Model) -> u8 {
-    match model {
-        Model::Usmo(_) => 1,
-        Model::Tfpl(_) => 2,
-    }
-}
-
-/// Writes `bytes` to `path` atomically; see [`write_atomic_with`].
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_atomic_with(path, |file| file.write_all(bytes), |e| e)
-}
-
-/// Writes `path` atomically with `fill` producing the content (streamed, so output larger than
-/// memory works): a temporary file in the same directory, fsync, rename, then fsync of the
-/// directory so the rename itself survives a crash. The temporary file is removed on failure.
-/// `io_error` turns the function's own I/O errors into the caller's error type.
-pub fn write_atomic_with<E>(
-    path: &Path,
-    fill: impl FnOnce(&mut BufWriter<File>) -> Result<(), E>,
-    io_error: impl Fn(std::io::Error) -> E,
-) -> Result<(), E> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        io_error(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a file path",
-        ))
-    })?;
-    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
-    let result = (|| {
-        let mut out = BufWriter::new(File::create(&tmp).map_err(&io_error)?);
-        fill(&mut out)?;
-        let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
-        file.sync_all().map_err(&io_error)?;
-        std::fs::rename(&tmp, path).map_err(&io_error)?;
-        // Directory fsync is how POSIX persists a rename; not every platform allows opening a
-        // directory, and the data itself is already safe, so a failure here is not an error.
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// A model file that could not be used on start, and why.
@@ -359,61 +280,21 @@ impl ModelStore {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicBool;
-
     use ndarray::array;
 
     use super::*;
-    use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+    use crate::data::{Rows, ScaleKind};
     use crate::learn::kernel::Kernel;
-    use crate::learn::model::{Fingerprint, UsmoEntry};
-    use crate::learn::usmo::UsmoParams;
-
-    fn model() -> Model {
-        let data = Dataset {
-            rows: Rows::dense(array![
-                [1.0, 0.0],
-                [0.9, 0.1],
-                [0.0, 1.0],
-                [0.1, 0.8],
-                [0.8, 0.3]
-            ]),
-            labels: vec![
-                Label::Positive,
-                Label::Positive,
-                Label::Unlabeled,
-                Label::Unlabeled,
-                Label::Unlabeled,
-            ],
-            ids: (0..5).map(|i| i.to_string()).collect(),
-        };
-        let scaler = Scaler::fit(ScaleKind::None, &data.rows);
-        let mut fit = UsmoParams::new(0.3, 0.1, Kernel::Linear)
-            .check()
-            .expect("valid")
-            .fit(&data, &AtomicBool::new(false))
-            .expect("fit");
-        // The one field that differs between two identical fits.
-        fit.report.train_seconds = 0.0;
-        Model::Usmo(UsmoEntry {
-            scaler,
-            fit,
-            tol: 1e-3,
-            fingerprint: Fingerprint::of(&data),
-            threshold: None,
-        })
-    }
+    use crate::learn::model::toy;
 
     fn stored(version: u64, fingerprint: u64) -> StoredModel {
         StoredModel {
-            meta: ModelMeta {
-                version,
+            meta: Provenance {
                 trained_at_ms: 1_700_000_000_000 + version as i64,
                 config_fingerprint: fingerprint,
-                n_features: 2,
-                window_sizes: [2, 3, 0],
+                ..toy::provenance(version)
             },
-            model: model(),
+            model: toy::usmo(Kernel::Linear, ScaleKind::None),
         }
     }
 
@@ -497,6 +378,23 @@ mod tests {
         assert_eq!(usable.len(), 1);
         assert_eq!(usable[0].meta.version, 1);
         assert!(skipped[0].reason.contains("another configuration"));
+    }
+
+    #[test]
+    fn a_model_file_without_provenance_is_skipped_with_the_reason() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = ModelStore::open(dir.path(), 5).expect("open");
+        store.save(&stored(1, 7)).expect("save");
+        let trained = stored(2, 7).model.to_file_bytes().expect("encode");
+        std::fs::write(store.model_path(2), trained).expect("write");
+        let (usable, skipped) = store.load_usable(7).expect("load");
+        assert_eq!(usable, vec![stored(1, 7)]);
+        assert_eq!(skipped.len(), 1);
+        assert!(
+            skipped[0].reason.contains("no provenance"),
+            "{}",
+            skipped[0].reason
+        );
     }
 
     #[test]

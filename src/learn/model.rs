@@ -1,8 +1,22 @@
-//! Trained models, their data fingerprint, and the model file layout.
+//! Trained models, their data fingerprint, and the one model file format.
 //!
-//! A model file is `codec::frame(MAGIC, FORMAT_VERSION, algorithm tag, bincode(Model))`: magic
-//! header, format version, algorithm tag, payload length and CRC-32, so a truncated or corrupted
-//! file is rejected before decoding. Reading and writing the file itself is the caller's job.
+//! # Model files
+//!
+//! Every model file, written by `neyman train` or by the daemon's model store, is
+//! `codec::frame(MAGIC, FORMAT_VERSION, algorithm tag, bincode(ModelFile))`: the magic
+//! `NEYMANMD`, format version 4, the algorithm tag (1 USMO, 2 τ-FPL), payload length and CRC-32,
+//! then the payload, so a truncated or corrupted file is rejected before decoding. The payload
+//! is a [`ModelFile`]: an optional [`Provenance`] (present when the daemon trained the model;
+//! `train` writes none), then the [`Model`].
+//!
+//! [`from_file_bytes`] also reads the layouts earlier releases wrote:
+//! - `NEYMANMD` version 3 (`neyman train`): the payload is bincode(`Model`), no provenance;
+//! - `NEYMANDM` version 2 (the daemon's model store): the payload is
+//!   bincode((`Provenance`, `Model`)).
+//!
+//! Other versions of either (`NEYMANMD` 1 and 2, `NEYMANDM` 1) are refused with the version
+//! named: retrain them. Bytes in, bytes out: reading and writing the file itself is the
+//! caller's job.
 
 use std::cell::RefCell;
 
@@ -17,12 +31,92 @@ use crate::learn::threshold::ThresholdResult;
 use crate::learn::usmo::UsmoModel;
 use crate::learn::Scorer;
 
-/// The first 8 bytes of every model file.
+/// The first 8 bytes of every model file written now.
 pub const MAGIC: &[u8; 8] = b"NEYMANMD";
-/// The layout version written and read. Version 2 added τ-FPL models and the calibrated
-/// threshold; version 3 added `newton_steps` to the USMO report. Older files are refused with
-/// the version named: retrain them.
-pub const FORMAT_VERSION: u32 = 3;
+/// The layout version written. Version 2 added τ-FPL models and the calibrated threshold;
+/// version 3 added `newton_steps` to the USMO report; version 4 added the optional provenance
+/// and replaced the daemon's own `NEYMANDM` files.
+pub const FORMAT_VERSION: u32 = 4;
+/// The `NEYMANMD` version `neyman train` wrote before [`FORMAT_VERSION`]: the model alone.
+const MODEL_ONLY_VERSION: u32 = 3;
+/// The magic and the one version of the model files the daemon's store wrote before
+/// [`FORMAT_VERSION`]: provenance and model.
+const DAEMON_MAGIC: &[u8; 8] = b"NEYMANDM";
+const DAEMON_VERSION: u32 = 2;
+
+/// Where a model the daemon trained came from: what the daemon knows about it besides the
+/// model itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// Never reused, increasing in issue order.
+    pub version: u64,
+    /// Event time (epoch ms) of the newest event in the training windows: virtual time, so
+    /// replays are reproducible.
+    pub trained_at_ms: i64,
+    /// Hash of what makes models interchangeable: algorithm, dimension and model parameters.
+    /// On start only a model with the current fingerprint is resumed.
+    pub config_fingerprint: u64,
+    pub n_features: usize,
+    /// Training events per channel (positive, unlabeled, negative) in the snapshot.
+    pub window_sizes: [usize; 3],
+}
+
+/// What a model file holds: the model and, when the daemon trained it, its provenance.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ModelFile {
+    pub provenance: Option<Provenance>,
+    pub model: Model,
+}
+
+/// [`ModelFile`] borrowed, for writing without copying the model; bincode encodes it as the
+/// owned form.
+#[derive(Serialize)]
+struct ModelFileRef<'a> {
+    provenance: Option<&'a Provenance>,
+    model: &'a Model,
+}
+
+/// The bytes of a model file in the current layout: `model` with `provenance`, if any.
+pub fn to_file_bytes(
+    model: &Model,
+    provenance: Option<&Provenance>,
+) -> Result<Vec<u8>, ModelError> {
+    let payload = codec::to_bytes(&ModelFileRef { provenance, model })?;
+    Ok(codec::frame(MAGIC, FORMAT_VERSION, model.tag(), &payload))
+}
+
+/// Parses a model file of any layout listed in the module docs, rejecting a wrong magic, an
+/// unsupported version, a wrong length or checksum, or a payload that is not the model its
+/// algorithm tag says.
+pub fn from_file_bytes(bytes: &[u8]) -> Result<ModelFile, ModelError> {
+    let (tag, file) = if bytes.starts_with(DAEMON_MAGIC) {
+        let frame = codec::unframe(bytes, DAEMON_MAGIC, DAEMON_VERSION..=DAEMON_VERSION)?;
+        let (provenance, model) = codec::from_bytes(frame.payload)?;
+        let file = ModelFile {
+            provenance: Some(provenance),
+            model,
+        };
+        (frame.tag, file)
+    } else {
+        let frame = codec::unframe(bytes, MAGIC, MODEL_ONLY_VERSION..=FORMAT_VERSION)?;
+        let file = if frame.format_version == MODEL_ONLY_VERSION {
+            ModelFile {
+                provenance: None,
+                model: codec::from_bytes(frame.payload)?,
+            }
+        } else {
+            codec::from_bytes(frame.payload)?
+        };
+        (frame.tag, file)
+    };
+    if file.model.tag() != tag {
+        return Err(ModelError::TagMismatch {
+            tag,
+            found: file.model.algorithm(),
+        });
+    }
+    Ok(file)
+}
 
 /// A trained scorer of any algorithm, with what it was trained on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,6 +188,11 @@ pub enum ModelError {
     Codec(#[from] CodecError),
     #[error("the model file says algorithm tag {tag} but holds a {found} model")]
     TagMismatch { tag: u8, found: &'static str },
+    #[error(
+        "the model file records no provenance (version, training time, configuration \
+         fingerprint): it was written by `neyman train`, not by the daemon"
+    )]
+    NoProvenance,
 }
 
 impl Model {
@@ -126,23 +225,10 @@ impl Model {
         }
     }
 
-    /// The bytes of a model file.
+    /// The bytes of a model file holding this model without provenance (what `neyman train`
+    /// writes); see [`to_file_bytes`].
     pub fn to_file_bytes(&self) -> Result<Vec<u8>, ModelError> {
-        let payload = codec::to_bytes(self)?;
-        Ok(codec::frame(MAGIC, FORMAT_VERSION, self.tag(), &payload))
-    }
-
-    /// Parses a model file, rejecting a wrong magic, version, length or checksum.
-    pub fn from_file_bytes(bytes: &[u8]) -> Result<Model, ModelError> {
-        let frame = codec::unframe(bytes, MAGIC, FORMAT_VERSION..=FORMAT_VERSION)?;
-        let model: Model = codec::from_bytes(frame.payload)?;
-        if model.tag() != frame.tag {
-            return Err(ModelError::TagMismatch {
-                tag: frame.tag,
-                found: model.algorithm(),
-            });
-        }
-        Ok(model)
+        to_file_bytes(self, None)
     }
 
     pub fn expansion(&self) -> &KernelExpansion {
@@ -216,5 +302,186 @@ impl Scorer for Model {
                 expansion.decision_dense(part.view(), &mut out[r0..r1]);
             }
         });
+    }
+}
+
+/// Small fixed models for tests: the crate's unit tests and the integration tests in `tests/`
+/// build their models here, from one set of toy values, instead of each writing its own.
+pub mod toy {
+    use std::sync::atomic::AtomicBool;
+
+    use ndarray::array;
+
+    use super::{Fingerprint, Model, Provenance, UsmoEntry};
+    use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+    use crate::learn::kernel::Kernel;
+    use crate::learn::threshold::{ThresholdMethod, ThresholdResult};
+    use crate::learn::usmo::UsmoParams;
+
+    /// A USMO model (π 0.3, λ 0.1, `kernel`, features scaled by `scale`) fitted on five rows of
+    /// two features, two positive and three unlabeled, without a threshold. Its report's
+    /// `train_seconds` is zero: the one field in which two identical fits differ.
+    ///
+    /// # Panics
+    /// If the fit fails (it does not on these rows).
+    pub fn usmo(kernel: Kernel, scale: ScaleKind) -> Model {
+        let data = Dataset {
+            rows: Rows::dense(array![
+                [1.0, 0.0],
+                [0.9, 0.1],
+                [0.0, 1.0],
+                [0.1, 0.8],
+                [0.8, 0.3]
+            ]),
+            labels: vec![
+                Label::Positive,
+                Label::Positive,
+                Label::Unlabeled,
+                Label::Unlabeled,
+                Label::Unlabeled,
+            ],
+            ids: (0..5).map(|i| i.to_string()).collect(),
+        };
+        let mut fit = UsmoParams::new(0.3, 0.1, kernel)
+            .check()
+            .expect("valid parameters")
+            .fit(&data, &AtomicBool::new(false))
+            .expect("fit");
+        fit.report.train_seconds = 0.0;
+        Model::Usmo(UsmoEntry {
+            scaler: Scaler::fit(scale, &data.rows),
+            fit,
+            tol: 1e-3,
+            fingerprint: Fingerprint::of(&data),
+            threshold: None,
+        })
+    }
+
+    /// The provenance of a model of [`usmo`] as daemon model `version`: trained at time 0 under
+    /// configuration fingerprint 1 on windows of 2 positive and 3 unlabeled events.
+    pub fn provenance(version: u64) -> Provenance {
+        Provenance {
+            version,
+            trained_at_ms: 0,
+            config_fingerprint: 1,
+            n_features: 2,
+            window_sizes: [2, 3, 0],
+        }
+    }
+
+    /// An umbrella threshold at `threshold` (τ 0.1, δ 0.05, FPR bound 0.08, calibrated on 100
+    /// negatives and 10 positives).
+    pub fn threshold(threshold: f64) -> ThresholdResult {
+        ThresholdResult {
+            method: ThresholdMethod::Umbrella,
+            tau: 0.1,
+            delta: Some(0.05),
+            threshold,
+            fpr_bound: Some(0.08),
+            fpr_estimate: 0.05,
+            tpr_estimate: Some(0.9),
+            calibration_negatives: 100,
+            calibration_positives: 10,
+            calibration_unlabeled: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::ScaleKind;
+    use crate::learn::kernel::Kernel;
+
+    fn model() -> Model {
+        let mut model = toy::usmo(Kernel::Linear, ScaleKind::None);
+        if let Model::Usmo(e) = &mut model {
+            e.threshold = Some(toy::threshold(0.25));
+        }
+        model
+    }
+
+    #[test]
+    fn files_round_trip_with_and_without_provenance() {
+        let model = model();
+        let bare = model.to_file_bytes().expect("encode");
+        assert_eq!(&bare[..8], MAGIC);
+        assert_eq!(bare[8..12], FORMAT_VERSION.to_le_bytes());
+        assert_eq!(
+            from_file_bytes(&bare).expect("decode"),
+            ModelFile {
+                provenance: None,
+                model: model.clone(),
+            }
+        );
+        let provenance = Provenance {
+            trained_at_ms: 1_767_225_600_000,
+            ..toy::provenance(12)
+        };
+        let full = to_file_bytes(&model, Some(&provenance)).expect("encode");
+        assert_eq!(
+            from_file_bytes(&full).expect("decode"),
+            ModelFile {
+                provenance: Some(provenance),
+                model,
+            }
+        );
+    }
+
+    #[test]
+    fn every_truncation_and_every_flipped_byte_is_rejected() {
+        let model = model();
+        let bytes = to_file_bytes(&model, Some(&toy::provenance(3))).expect("encode");
+        for cut in 0..bytes.len() {
+            assert!(from_file_bytes(&bytes[..cut]).is_err(), "cut {cut}");
+        }
+        let mut flipped = bytes.clone();
+        for at in 0..bytes.len() {
+            flipped[at] ^= 0xff;
+            assert!(from_file_bytes(&flipped).is_err(), "byte {at} flipped");
+            flipped[at] ^= 0xff;
+        }
+        let payload_byte = bytes.len() / 2;
+        flipped[payload_byte] ^= 0x01;
+        let e = from_file_bytes(&flipped).expect_err("corrupt");
+        assert!(e.to_string().contains("checksum"), "{e}");
+    }
+
+    #[test]
+    fn an_unsupported_version_or_a_wrong_magic_is_named() {
+        let bytes = model().to_file_bytes().expect("encode");
+        let with_version = |magic: &[u8; 8], version: u32| {
+            let mut b = bytes.clone();
+            b[..8].copy_from_slice(magic);
+            b[8..12].copy_from_slice(&version.to_le_bytes());
+            from_file_bytes(&b).expect_err("unsupported").to_string()
+        };
+        for (magic, version) in [(MAGIC, 2), (MAGIC, 5), (DAEMON_MAGIC, 1), (DAEMON_MAGIC, 3)] {
+            let e = with_version(magic, version);
+            assert!(
+                e.contains(&format!("unsupported format version {version}")),
+                "{e}"
+            );
+        }
+        let e = from_file_bytes(b"id,score\n0,0.5\n").expect_err("text");
+        assert!(e.to_string().contains("bad magic"), "{e}");
+    }
+
+    #[test]
+    fn a_header_naming_another_algorithm_is_rejected() {
+        let model = model();
+        let payload = codec::to_bytes(&ModelFileRef {
+            provenance: None,
+            model: &model,
+        })
+        .expect("encode");
+        let bytes = codec::frame(MAGIC, FORMAT_VERSION, 2, &payload);
+        assert_eq!(
+            from_file_bytes(&bytes),
+            Err(ModelError::TagMismatch {
+                tag: 2,
+                found: "usmo"
+            })
+        );
     }
 }

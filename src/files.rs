@@ -1,0 +1,77 @@
+//! Files written atomically: a temporary file beside, fsync, rename, fsync of the directory.
+//! A reader sees either the old file or the whole new one, even across a crash.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+/// Writes `bytes` to `path` atomically; see [`write_atomic_with`].
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_with(path, |file| file.write_all(bytes), |e| e)
+}
+
+/// Writes `path` atomically with `fill` producing the content (streamed, so output larger than
+/// memory works): a temporary file in the same directory, fsync, rename, then fsync of the
+/// directory so the rename itself survives a crash. The temporary file is removed on failure.
+/// `io_error` turns the function's own I/O errors into the caller's error type.
+pub fn write_atomic_with<E>(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<File>) -> Result<(), E>,
+    io_error: impl Fn(std::io::Error) -> E,
+) -> Result<(), E> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        io_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file path",
+        ))
+    })?;
+    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    let result = (|| {
+        let mut out = BufWriter::new(File::create(&tmp).map_err(&io_error)?);
+        fill(&mut out)?;
+        let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
+        file.sync_all().map_err(&io_error)?;
+        std::fs::rename(&tmp, path).map_err(&io_error)?;
+        // Directory fsync is how POSIX persists a rename; not every platform allows opening a
+        // directory, and the data itself is already safe, so a failure here is not an error.
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_fill_leaves_the_old_file_and_no_temporary_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("out.txt");
+        write_atomic(&path, b"old").expect("write");
+        let failed = write_atomic_with(
+            &path,
+            |file| {
+                file.write_all(b"half of the new")?;
+                Err(std::io::Error::other("the producer failed"))
+            },
+            |e| e,
+        );
+        assert!(failed.is_err());
+        assert_eq!(std::fs::read(&path).expect("read"), b"old");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("out.txt")]);
+    }
+}
