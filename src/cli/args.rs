@@ -5,8 +5,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use super::CliError;
 use crate::data::{Format, ReadOptions, ScaleKind};
 use crate::learn::metrics::F1Class;
+use crate::learn::spec::{
+    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, SolverLimits, TfplSpec, ThresholdSettings,
+    UsmoSpec,
+};
 use crate::learn::tfpl::TfplSolver;
 use crate::learn::threshold::{OobRule, ThresholdMethod};
 
@@ -652,6 +657,84 @@ pub struct EvalArgs {
     pub report: Option<ReportFormat>,
     #[arg(long)]
     pub quiet: bool,
+}
+
+impl ModelArgs {
+    /// The kernel flags (the kind's default is the algorithm's: rbf for usmo, linear for tfpl).
+    pub fn kernel_spec(&self) -> KernelSpec {
+        KernelSpec {
+            kind: self.kernel.map(|k| match k {
+                KernelName::Linear => KernelKind::Linear,
+                KernelName::Rbf => KernelKind::Rbf,
+                KernelName::Poly => KernelKind::Poly,
+            }),
+            gamma: self.gamma,
+            degree: self.degree,
+            coef0: self.coef0,
+        }
+    }
+
+    pub fn solver_limits(&self) -> SolverLimits {
+        SolverLimits {
+            tol: self.tol,
+            max_iter: self.max_iter,
+            time_limit: self.time_limit,
+        }
+    }
+
+    pub fn usmo_spec(&self, lambda: f64) -> Result<UsmoSpec, CliError> {
+        let prior = self
+            .prior
+            .ok_or_else(|| CliError::Usage("--algo usmo needs --prior".into()))?;
+        Ok(UsmoSpec {
+            prior: Some(prior),
+            lambda,
+            cache_bytes: self.cache_mb.saturating_mul(1 << 20),
+        })
+    }
+
+    pub fn tfpl_spec(&self, reg: f64) -> TfplSpec {
+        TfplSpec {
+            rank_tau: None,
+            reg,
+            solver: self.solver.into(),
+            max_gram_bytes: self.max_gram_mb.saturating_mul(1 << 20),
+        }
+    }
+
+    /// The one place the model flags map into a [`LearnerSpec`]: `regularisation` is λ (usmo)
+    /// or R (tfpl), given by the caller (train: the flag or its default; eval: the flag or a
+    /// cross-validated choice). No threshold; train adds it from `--tau`.
+    pub fn learner_spec(&self, algo: Algo, regularisation: f64) -> Result<LearnerSpec, CliError> {
+        let algorithm = match algo {
+            Algo::Usmo => AlgorithmSpec::Usmo(self.usmo_spec(regularisation)?),
+            Algo::Tfpl => AlgorithmSpec::Tfpl(self.tfpl_spec(regularisation)),
+        };
+        Ok(LearnerSpec {
+            algorithm,
+            kernel: self.kernel_spec(),
+            scale: self.scale.into(),
+            limits: self.solver_limits(),
+            threshold: None,
+            seed: 0,
+        })
+    }
+}
+
+impl ThresholdArgs {
+    /// The threshold flags as settings, if `--tau` was given.
+    pub fn settings(&self) -> Option<ThresholdSettings> {
+        Some(ThresholdSettings {
+            method: self.threshold.map(Into::into),
+            tau: self.tau?,
+            delta: self.delta,
+            calibration_fraction: self.calibration_fraction,
+            prior_min: self.prior_min,
+            prior_max: self.prior_max,
+            rounds: self.rounds,
+            oob_rule: self.oob_rule.into(),
+        })
+    }
 }
 
 impl ReadArgs {

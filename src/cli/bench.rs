@@ -11,9 +11,9 @@ use serde_json::json;
 use super::args::{BenchProjectionArgs, BenchScoringArgs, BenchTfplArgs, ReportFormat};
 use super::{read_model, CliError};
 use crate::data::{read, Dataset, Label, Rows};
-use crate::learn::calibrate::tfpl_scaler;
 use crate::learn::kernel::{Kernel, KernelExpansion};
 use crate::learn::projection::{project, project_sorted, ProjectionWorkspace};
+use crate::learn::spec::tfpl_scaler;
 use crate::learn::tfpl::TfplParams;
 use crate::learn::Scorer;
 

@@ -22,9 +22,10 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
 use super::args::{Algo, EvalArgs, ProtocolArg, ReportFormat};
-use super::{fit_scaler, read_data, usmo_params, with_spinner, CliError};
+use super::{read_data, usmo_params, with_spinner, CliError};
 use crate::data::{Dataset, Label};
 use crate::learn::metrics::{f1_for, mean_sd, roc_auc, Confusion, F1Class};
+use crate::learn::spec::usmo_scaler;
 
 const LAMBDA_GRID: [f64; 4] = [1e-4, 1e-3, 1e-2, 1e-1];
 const CV_FOLDS: usize = 3;
@@ -48,7 +49,7 @@ fn train_and_score(
     cancel: &AtomicBool,
 ) -> Result<(Vec<f64>, bool), CliError> {
     let params = usmo_params(&args.model, lambda, train.rows.n_features())?;
-    let scaler = fit_scaler(&args.model, Algo::Usmo, train);
+    let scaler = usmo_scaler(args.model.scale.into(), train);
     let scaled = Dataset {
         rows: scaler.transform(&train.rows),
         labels: train.labels.clone(),

@@ -31,20 +31,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::config::LoadedConfig;
-use crate::data::{read, DataError, Dataset, Label, Rows, Scaler};
-use crate::learn::calibrate::{tfpl_scaler, usmo_scaler, CalibrateError};
+use crate::data::{read, DataError, Dataset, Label, Rows};
+use crate::learn::calibrate::CalibrateError;
 use crate::learn::model::{Fingerprint, Model, ModelError};
-use crate::learn::spec::{
-    model_of, AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, SolverLimits, SpecError,
-    TfplSpec, ThresholdSettings, UsmoSpec,
-};
+use crate::learn::spec::{model_of, AlgorithmSpec, SpecError};
 use crate::learn::tfpl::TfplValidParams;
 use crate::learn::usmo::{UsmoError, UsmoValidParams};
 use crate::learn::Scorer;
 
-use args::{
-    Algo, DataArgs, KernelName, ModelArgs, ReportFormat, ScoreArgs, ThresholdArgs, TrainArgs,
-};
+use args::{Algo, DataArgs, ModelArgs, ReportFormat, ScoreArgs, TrainArgs};
 
 /// `neyman eval`: with `--tau`, the Neyman–Pearson protocol ([`np_eval`]); without, the PU
 /// evaluation ([`eval`]).
@@ -136,70 +131,6 @@ fn read_data(args: &DataArgs) -> Result<Dataset, CliError> {
     Ok(read(&args.data, &args.read.options(false))?)
 }
 
-/// The kernel flags (the kind's default is the algorithm's: rbf for usmo, linear for tfpl).
-fn kernel_spec(args: &ModelArgs) -> KernelSpec {
-    KernelSpec {
-        kind: args.kernel.map(|k| match k {
-            KernelName::Linear => KernelKind::Linear,
-            KernelName::Rbf => KernelKind::Rbf,
-            KernelName::Poly => KernelKind::Poly,
-        }),
-        gamma: args.gamma,
-        degree: args.degree,
-        coef0: args.coef0,
-    }
-}
-
-fn solver_limits(args: &ModelArgs) -> SolverLimits {
-    SolverLimits {
-        tol: args.tol,
-        max_iter: args.max_iter,
-        time_limit: args.time_limit,
-    }
-}
-
-fn usmo_spec(args: &ModelArgs, lambda: f64) -> Result<UsmoSpec, CliError> {
-    let prior = args
-        .prior
-        .ok_or_else(|| CliError::Usage("--algo usmo needs --prior".into()))?;
-    Ok(UsmoSpec {
-        prior: Some(prior),
-        lambda,
-        cache_bytes: args.cache_mb.saturating_mul(1 << 20),
-    })
-}
-
-fn tfpl_spec(args: &ModelArgs, reg: f64) -> TfplSpec {
-    TfplSpec {
-        rank_tau: None,
-        reg,
-        solver: args.solver.into(),
-        max_gram_bytes: args.max_gram_mb.saturating_mul(1 << 20),
-    }
-}
-
-/// The one place the model flags map into a [`LearnerSpec`]: `regularisation` is λ (usmo) or
-/// R (tfpl), given by the caller (train: the flag or its default; eval: the flag or a
-/// cross-validated choice). No threshold; train adds it from `--tau`.
-fn learner_spec(
-    algo: Algo,
-    args: &ModelArgs,
-    regularisation: f64,
-) -> Result<LearnerSpec, CliError> {
-    let algorithm = match algo {
-        Algo::Usmo => AlgorithmSpec::Usmo(usmo_spec(args, regularisation)?),
-        Algo::Tfpl => AlgorithmSpec::Tfpl(tfpl_spec(args, regularisation)),
-    };
-    Ok(LearnerSpec {
-        algorithm,
-        kernel: kernel_spec(args),
-        scale: args.scale.into(),
-        limits: solver_limits(args),
-        threshold: None,
-        seed: 0,
-    })
-}
-
 impl From<SpecError> for CliError {
     fn from(e: SpecError) -> CliError {
         match e {
@@ -215,8 +146,8 @@ fn usmo_params(
     lambda: f64,
     n_features: usize,
 ) -> Result<UsmoValidParams, CliError> {
-    let spec = usmo_spec(args, lambda)?;
-    Ok(spec.params(&kernel_spec(args), &solver_limits(args), n_features)?)
+    let spec = args.usmo_spec(lambda)?;
+    Ok(spec.params(&args.kernel_spec(), &args.solver_limits(), n_features)?)
 }
 
 /// R when `--reg` is absent (train; eval chooses R by cross-validation instead).
@@ -229,25 +160,14 @@ fn tfpl_params(
     reg: f64,
     n_features: usize,
 ) -> Result<TfplValidParams, CliError> {
-    tfpl_spec(args, reg)
+    args.tfpl_spec(reg)
         .params(
             rank_tau,
-            &kernel_spec(args),
-            &solver_limits(args),
+            &args.kernel_spec(),
+            &args.solver_limits(),
             n_features,
         )
         .map_err(|e| CliError::Usage(e.to_string()))
-}
-
-/// The training rows' scaler (see [`crate::learn::spec::Learner::scaler`]): for usmo fitted on
-/// the positives and unlabeled rows it trains on, never on evaluation negatives; for τ-FPL on
-/// every row, then divided by the largest scaled row norm, so ‖x‖ ≤ 1 on the training rows
-/// (docs/tau-fpl.md §6.15).
-fn fit_scaler(args: &ModelArgs, algo: Algo, data: &Dataset) -> Scaler {
-    match algo {
-        Algo::Usmo => usmo_scaler(args.scale.into(), data),
-        Algo::Tfpl => tfpl_scaler(args.scale.into(), data),
-    }
 }
 
 /// A spinner on stderr while `work` runs, only when stderr is a terminal and not `--quiet`.
@@ -292,20 +212,6 @@ fn write_atomic_with(
     crate::files::write_atomic_with(path, fill, |e| CliError::file(path, e))
 }
 
-/// The threshold flags as settings, if `--tau` was given.
-fn threshold_settings(args: &ThresholdArgs) -> Option<ThresholdSettings> {
-    Some(ThresholdSettings {
-        method: args.threshold.map(Into::into),
-        tau: args.tau?,
-        delta: args.delta,
-        calibration_fraction: args.calibration_fraction,
-        prior_min: args.prior_min,
-        prior_max: args.prior_max,
-        rounds: args.rounds,
-        oob_rule: args.oob_rule.into(),
-    })
-}
-
 /// `neyman train`
 pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     let mut data = read_data(&args.data)?;
@@ -338,11 +244,11 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
             args.model.reg.unwrap_or(DEFAULT_REG)
         }
     };
-    let mut spec = learner_spec(args.algo, &args.model, regularisation)?;
+    let mut spec = args.model.learner_spec(args.algo, regularisation)?;
     if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
         s.rank_tau = args.threshold.rank_tau;
     }
-    spec.threshold = threshold_settings(&args.threshold);
+    spec.threshold = args.threshold.settings();
     spec.seed = args.seed;
     let learner = spec.check()?;
     let algorithm = learner.solver(n_features)?;
@@ -383,7 +289,8 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
             .map(|(f, t)| (f, Some(t))),
         None => algorithm
             .fit(previous_fit.as_ref(), &scaled, cancel)
-            .map(|f| (f, None)),
+            .map(|f| (f, None))
+            .map_err(CalibrateError::from),
     })?;
     let model = model_of(
         &algorithm,
@@ -392,10 +299,7 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         Fingerprint::of(&data),
         threshold.clone(),
     );
-    let mut report = match &model {
-        Model::Usmo(e) => json!(e.fit.report),
-        Model::Tfpl(e) => json!(e.fit.report),
-    };
+    let mut report = model.report();
     write_atomic(&args.out, &model.to_file_bytes()?)?;
     if let (Some(t), Some(fields)) = (&threshold, report.as_object_mut()) {
         fields.insert("threshold".into(), json!(t.threshold));
@@ -508,23 +412,9 @@ pub fn inspect(path: &Path) -> Result<(), CliError> {
         "n_support": model.expansion().coef.len(),
         "threshold": model.threshold(),
     });
-    let extra = match &model {
-        Model::Usmo(e) => json!({
-            "prior": e.fit.state.prior,
-            "lambda": e.fit.state.lambda,
-            "tol": e.tol,
-            "fingerprint": e.fingerprint,
-            "report": e.fit.report,
-        }),
-        Model::Tfpl(e) => json!({
-            "rank_tau": e.fit.tau,
-            "reg": e.fit.reg,
-            "tol": e.tol,
-            "fingerprint": e.fingerprint,
-            "report": e.fit.report,
-        }),
-    };
-    if let (Some(fields), serde_json::Value::Object(more)) = (value.as_object_mut(), extra) {
+    if let (Some(fields), serde_json::Value::Object(more)) =
+        (value.as_object_mut(), model.details())
+    {
         fields.extend(more);
     }
     println!("{value}");

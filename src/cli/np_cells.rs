@@ -3,9 +3,8 @@
 //! [`super::baselines`], kept apart so neither imports the other's internals.
 
 use super::args::EvalArgs;
-use crate::learn::calibrate::ThresholdSpec;
 use crate::learn::metrics::{f1_for, np_score, roc_auc, Confusion, F1Class};
-use crate::learn::spec::ThresholdSettings;
+use crate::learn::spec::{ThresholdSettings, ThresholdSpec};
 use crate::learn::threshold::{npscore_threshold, OobRule, ThresholdMethod};
 
 /// A method evaluated on every split.

@@ -64,10 +64,11 @@ use super::baselines::svm_cells;
 use super::eval::{choose_lambda, run_repeats, stratified_split, transductive};
 use super::np_cells::{Cell, Method, Plan, TestPart};
 use super::plot::{roc_points, write_roc_svg, RocCurve, RocPlot};
-use super::{fit_scaler, read_data, tfpl_params, usmo_params, with_spinner, CliError};
+use super::{read_data, tfpl_params, usmo_params, with_spinner, CliError};
 use crate::data::{Dataset, Label, Rows};
-use crate::learn::calibrate::{Algorithm, CalibrateError, Fit};
+use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::{f1_for, mean_sd, np_score, Confusion, F1Class};
+use crate::learn::spec::{tfpl_scaler, usmo_scaler, Algorithm, Fit};
 use crate::learn::threshold::{calibration_split, OobRule, ThresholdError, ThresholdMethod};
 use crate::learn::tune::{choose_reg, TuneError};
 
@@ -170,7 +171,7 @@ fn tfpl_cells(
 ) -> Result<Vec<Cell>, CliError> {
     let args = plan.args;
     let n_features = train.rows.n_features();
-    let scaler = fit_scaler(&args.model, Algo::Tfpl, train);
+    let scaler = tfpl_scaler(args.model.scale.into(), train);
     let mut data = scaled(train, scaler.transform(&train.rows));
     // Only pu-umbrella knows unlabeled rows; the other methods count them as negatives.
     if plan.threshold != ThresholdMethod::PuUmbrella {
@@ -220,10 +221,7 @@ fn tfpl_cells(
             reg,
         );
         cell.fpr_bound = threshold.fpr_bound;
-        cell.converged = match &fit {
-            Fit::Tfpl(m) => m.report.converged,
-            Fit::Usmo(m) => m.report.converged,
-        };
+        cell.converged = fit.converged();
         cells.push(cell);
     }
     Ok(cells)
@@ -255,7 +253,7 @@ fn usmo_cells(
             data.labels[i] = Label::Negative;
         }
     }
-    let scaler = fit_scaler(&args.model, Algo::Usmo, &data);
+    let scaler = usmo_scaler(args.model.scale.into(), &data);
     let data = scaled(&data, scaler.transform(&data.rows));
     let test_rows = scaler.transform(test_rows);
     let algorithm = Algorithm::Usmo(usmo_params(&args.model, lambda, data.rows.n_features())?);
@@ -279,9 +277,7 @@ fn usmo_cells(
             lambda,
         );
         cell.fpr_bound = threshold.fpr_bound;
-        if let Fit::Usmo(m) = &fit {
-            cell.converged = m.report.converged;
-        }
+        cell.converged = fit.converged();
         cells.push(cell);
     }
     Ok(cells)
@@ -338,7 +334,7 @@ fn run_split(
             }
             Method::BsSvm | Method::CsSvmOob => {
                 let base = pu_train.as_ref().unwrap_or(&train);
-                let scaler = fit_scaler(&args.model, Algo::Tfpl, base);
+                let scaler = tfpl_scaler(args.model.scale.into(), base);
                 let data = unlabeled_as_negative(&scaled(base, scaler.transform(&base.rows)));
                 let test_rows = scaler.transform(&test.rows);
                 svm_cells(plan, method, &data, &test_rows, &part, seed, cancel)?

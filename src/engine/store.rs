@@ -59,21 +59,12 @@ impl StoredModel {
         );
     }
 
-    /// The model without its warm-start state, which only a trainer needs: USMO's per-sample
-    /// σ and support ids, τ-FPL's duals. Scores, threshold and metadata are unchanged.
+    /// The model without its warm-start state ([`Model::scoring_only`]); metadata unchanged.
     pub fn scoring_only(&self) -> StoredModel {
-        let mut out = self.clone();
-        match &mut out.model {
-            Model::Usmo(e) => {
-                e.fit.state.unlabeled = Vec::new();
-                e.fit.state.support_ids = Vec::new();
-            }
-            Model::Tfpl(e) => {
-                e.fit.alpha = Vec::new();
-                e.fit.beta = Vec::new();
-            }
+        StoredModel {
+            meta: self.meta.clone(),
+            model: self.model.scoring_only(),
         }
-        out
     }
 
     /// The model-topic value: the scoring-only model's file bytes, gzip-compressed.

@@ -6,7 +6,7 @@
 //! - `pu-umbrella`: a held-out part of the labelled positives and of the unlabeled rows; the
 //!   candidate thresholds are quantiles of the training rows' scores (fixed without the
 //!   calibration data). τ-FPL without negatives ranks the positives against the unlabeled rows
-//!   at the rank τ of [`pu_rank_tau`].
+//!   at the rank τ of [`crate::learn::spec::pu_rank_tau`].
 //! - `oob` (τ-FPL only): stratified bootstrap rounds over positives and negatives, one scorer per
 //!   round, thresholds from each round's out-of-bag scores; the final scorer is the mean of the
 //!   round scorers and the threshold the mean of the round thresholds.
@@ -16,78 +16,15 @@
 
 use std::sync::atomic::AtomicBool;
 
-use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+use crate::data::{Dataset, Label, Rows};
 use crate::learn::kernel::KernelExpansion;
-use crate::learn::tfpl::{TfplError, TfplModel, TfplParams, TfplValidParams};
+use crate::learn::spec::{Algorithm, Fit, SpecError, ThresholdSpec};
+use crate::learn::tfpl::TfplError;
 use crate::learn::threshold::{
-    bootstrap_rounds, calibration_split, candidate_grid, oob, pu_umbrella, umbrella, OobRule,
+    bootstrap_rounds, calibration_split, candidate_grid, oob, pu_umbrella, umbrella,
     ThresholdError, ThresholdMethod, ThresholdResult, DEFAULT_CANDIDATES,
 };
-use crate::learn::usmo::{UsmoError, UsmoModel, UsmoValidParams};
-
-/// Which solver trains the scorer.
-#[derive(Debug, Clone)]
-pub enum Algorithm {
-    Usmo(UsmoValidParams),
-    Tfpl(TfplValidParams),
-}
-
-/// A trained scorer of either algorithm.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Fit {
-    Usmo(UsmoModel),
-    Tfpl(TfplModel),
-}
-
-impl Fit {
-    pub fn expansion(&self) -> &KernelExpansion {
-        match self {
-            Fit::Usmo(m) => &m.expansion,
-            Fit::Tfpl(m) => &m.expansion,
-        }
-    }
-
-    /// The solver's steps: USMO's pair steps, τ-FPL's iterations.
-    pub fn iterations(&self) -> u64 {
-        match self {
-            Fit::Usmo(m) => m.report.iterations,
-            Fit::Tfpl(m) => m.report.iterations,
-        }
-    }
-
-    /// Kernel values computed (USMO; τ-FPL reports none).
-    pub fn kernel_evaluations(&self) -> u64 {
-        match self {
-            Fit::Usmo(m) => m.report.kernel_evaluations,
-            Fit::Tfpl(_) => 0,
-        }
-    }
-
-    fn scores(&self, rows: &Rows) -> Vec<f64> {
-        let mut out = vec![0.0; rows.n_rows()];
-        self.expansion().decision_batch(rows, &mut out);
-        out
-    }
-}
-
-/// How the threshold is chosen.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ThresholdSpec {
-    /// `None`: umbrella when the data has negatives, else pu-umbrella.
-    pub method: Option<ThresholdMethod>,
-    /// τ: the target false-positive rate.
-    pub tau: f64,
-    /// δ: the allowed probability that the true FPR exceeds τ (umbrella methods).
-    pub delta: f64,
-    /// Share of the negatives (umbrella) or of the positives and unlabeled rows (pu-umbrella)
-    /// held out for calibration.
-    pub calibration_fraction: f64,
-    /// [π_min, π_max]: the positive share of the unlabeled data (pu-umbrella).
-    pub prior_interval: Option<(f64, f64)>,
-    pub rounds: usize,
-    pub oob_rule: OobRule,
-    pub seed: u64,
-}
+use crate::learn::usmo::UsmoError;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CalibrateError {
@@ -101,32 +38,16 @@ pub enum CalibrateError {
     Needs(&'static str, &'static str),
 }
 
-impl Algorithm {
-    /// Trains on `data` (already scaled), from `previous` when it is a fit of the same algorithm.
-    pub fn fit(
-        &self,
-        previous: Option<&Fit>,
-        data: &Dataset,
-        cancel: &AtomicBool,
-    ) -> Result<Fit, CalibrateError> {
-        Ok(match self {
-            Algorithm::Usmo(p) => {
-                let prev = match previous {
-                    Some(Fit::Usmo(m)) => Some(m),
-                    _ => None,
-                };
-                Fit::Usmo(p.fit_with(prev, data, cancel)?)
-            }
-            Algorithm::Tfpl(p) => {
-                let prev = match previous {
-                    Some(Fit::Tfpl(m)) => Some(m),
-                    _ => None,
-                };
-                Fit::Tfpl(p.fit_with(prev, data, cancel)?)
-            }
-        })
+impl From<SpecError> for CalibrateError {
+    fn from(e: SpecError) -> CalibrateError {
+        match e {
+            SpecError::Usmo(u) => CalibrateError::Usmo(u),
+            SpecError::Tfpl(t) => CalibrateError::Tfpl(t),
+        }
     }
+}
 
+impl Algorithm {
     /// The rows of `data` the scorer is trained on under `spec`; the others calibrate it. For
     /// `oob` that is every row (the rounds resample them). Hyper-parameters chosen on these rows
     /// only leave the calibration rows unseen, which the umbrella guarantees need.
@@ -152,14 +73,12 @@ impl Algorithm {
         if negatives.is_empty() {
             return Err(CalibrateError::Needs("umbrella", "negatives (label -1)"));
         }
-        Ok(match self {
-            // USMO never trains on negatives: every one of them is unseen.
-            Algorithm::Usmo(_) => ((0..data.len()).collect(), negatives),
-            Algorithm::Tfpl(_) => {
-                let (_, cal) = calibration_split(&negatives, spec.calibration_fraction, spec.seed)?;
-                (without(data.len(), &cal), cal)
-            }
-        })
+        if !self.trains_on_negatives() {
+            // Every negative is unseen by such a scorer.
+            return Ok(((0..data.len()).collect(), negatives));
+        }
+        let (_, cal) = calibration_split(&negatives, spec.calibration_fraction, spec.seed)?;
+        Ok((without(data.len(), &cal), cal))
     }
 
     /// Trains the scorer and calibrates its threshold per `spec` (see the module docs); the
@@ -206,9 +125,10 @@ impl Algorithm {
                 if negatives.is_empty() {
                     return Err(CalibrateError::Needs("umbrella", "negatives (label -1)"));
                 }
-                let calibration: Vec<usize> = match self {
-                    Algorithm::Usmo(_) => negatives,
-                    Algorithm::Tfpl(_) => negatives.into_iter().filter(|&i| held_out[i]).collect(),
+                let calibration: Vec<usize> = if self.trains_on_negatives() {
+                    negatives.into_iter().filter(|&i| held_out[i]).collect()
+                } else {
+                    negatives
                 };
                 let fit = self.fit(previous, &train, cancel)?;
                 let cal_scores = fit.scores(&data.rows.select(&calibration));
@@ -229,27 +149,22 @@ impl Algorithm {
                         .collect()
                 };
                 let (cal_p, cal_u) = (held_of(Label::Positive), held_of(Label::Unlabeled));
-                // τ-FPL without negatives trains the positives against the unlabeled rows, ranking
-                // at the unlabeled share that an FPR-τ threshold above every positive leaves.
-                let pu_ranked;
-                let algorithm = match self {
-                    Algorithm::Tfpl(params) if negatives.is_empty() => {
-                        train.labels.iter_mut().for_each(|l| {
-                            if *l == Label::Unlabeled {
-                                *l = Label::Negative;
-                            }
-                        });
-                        pu_ranked = Algorithm::Tfpl(
-                            TfplParams {
-                                tau: pu_rank_tau(params.tau, prior_min, prior_max),
-                                ..(**params).clone()
-                            }
-                            .check()?,
-                        );
-                        &pu_ranked
-                    }
-                    _ => self,
+                // Without negatives, an algorithm that needs them (τ-FPL) trains the positives
+                // against the unlabeled rows, ranking at the unlabeled share that an FPR-τ
+                // threshold above every positive leaves.
+                let stand_in = if negatives.is_empty() {
+                    self.for_unlabeled_as_negatives(prior_min, prior_max)?
+                } else {
+                    None
                 };
+                if stand_in.is_some() {
+                    train.labels.iter_mut().for_each(|l| {
+                        if *l == Label::Unlabeled {
+                            *l = Label::Negative;
+                        }
+                    });
+                }
+                let algorithm = stand_in.as_ref().unwrap_or(self);
                 let fit = algorithm.fit(previous, &train, cancel)?;
                 let candidates = candidate_grid(&fit.scores(&train.rows), DEFAULT_CANDIDATES);
                 let result = pu_umbrella(
@@ -264,89 +179,26 @@ impl Algorithm {
                 Ok((fit, result))
             }
             ThresholdMethod::Oob => {
-                let Algorithm::Tfpl(params) = self else {
+                if !self.trains_on_negatives() {
                     return Err(CalibrateError::Needs(
                         "oob",
                         "an algorithm trained on negatives (--algo tfpl)",
                     ));
-                };
+                }
                 // Every round starts from `previous`: the rounds resample the same ids, so a
                 // fit of the same problem is a close starting point for each of them.
-                let warm = match previous {
-                    Some(Fit::Tfpl(m)) => Some(m),
-                    _ => None,
-                };
                 let (fits, result) = oob_calibrate(
                     spec,
                     &train,
                     |in_bag| {
-                        params
-                            .fit_with(warm, in_bag, cancel)
+                        self.fit(previous, in_bag, cancel)
                             .map_err(CalibrateError::from)
                     },
-                    |fit, rows| {
-                        let mut scores = vec![0.0; rows.n_rows()];
-                        fit.expansion.decision_batch(rows, &mut scores);
-                        scores
-                    },
+                    |fit, rows| fit.scores(rows),
                 )?;
-                Ok((Fit::Tfpl(average(fits)), result))
+                Ok((average(fits), result))
             }
         }
-    }
-}
-
-/// The rank τ of τ-FPL trained on positives against unlabeled rows for an FPR level `tau`.
-///
-/// Among unlabeled rows, a share π are positives, so a threshold with false-positive rate τ
-/// that keeps every positive above it leaves π + (1 − π)·τ of the unlabeled rows above it
-/// (F_U = π·TPR + (1 − π)·FPR). Ranking the positives against the top ⌊τn_U⌋ + 1 unlabeled rows
-/// instead would rank them against rows that are mostly positives themselves whenever τ < π:
-/// the top-k mean of the unlabeled then dominates the positives' mean in every direction, and
-/// the exact optimum is w = 0 (on the bundled spambase stream, π = 0.38 and τ = 0.05). π is the
-/// middle of the prior interval; the threshold (pu-umbrella) certifies the FPR over the whole
-/// interval either way. Capped below 1.
-pub fn pu_rank_tau(tau: f64, prior_min: f64, prior_max: f64) -> f64 {
-    let prior = 0.5 * (prior_min + prior_max);
-    (prior + (1.0 - prior) * tau).min(1.0 - f64::EPSILON)
-}
-
-/// The USMO training scaler: fitted on the positives and unlabeled rows (the rows USMO trains
-/// on), never on negatives, which only evaluate or calibrate it.
-pub fn usmo_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
-    let train: Vec<usize> = (0..data.len())
-        .filter(|&i| data.labels[i] != Label::Negative)
-        .collect();
-    Scaler::fit(kind, &data.rows.select(&train))
-}
-
-/// The τ-FPL training scaler: fitted on every row, then divided by the largest scaled row
-/// norm, so ‖x‖ ≤ 1 on the training rows (docs/tau-fpl.md §6.15) and one R grid suits every
-/// data set.
-pub fn tfpl_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
-    let scaler = Scaler::fit(kind, &data.rows);
-    let largest = scaler
-        .transform(&data.rows)
-        .squared_norms()
-        .into_iter()
-        .fold(0.0, f64::max)
-        .sqrt();
-    if largest > 0.0 && largest.is_finite() {
-        scaler.times(1.0 / largest)
-    } else {
-        scaler
-    }
-}
-
-impl ThresholdSpec {
-    /// The method used on `data`: the explicit one, else umbrella when the data has negatives,
-    /// else pu-umbrella.
-    pub fn method_for(&self, data: &Dataset) -> ThresholdMethod {
-        self.method.unwrap_or(if data.count(Label::Negative) == 0 {
-            ThresholdMethod::PuUmbrella
-        } else {
-            ThresholdMethod::Umbrella
-        })
     }
 }
 
@@ -403,21 +255,20 @@ pub fn oob_calibrate<S, E: From<CalibrateError>>(
 }
 
 /// The mean of the round scorers: their expansions stacked, each coefficient divided by the
-/// number of rounds (for the linear kernel this is the mean weight vector). The report and dual
-/// state are those of the last round.
-fn average(fits: Vec<TfplModel>) -> TfplModel {
+/// number of rounds (for the linear kernel this is the mean weight vector). The report and
+/// warm-start state are those of the last round.
+fn average(fits: Vec<Fit>) -> Fit {
     let rounds = fits.len() as f64;
-    let kernel = fits[0].expansion.kernel;
+    let kernel = fits[0].expansion().kernel;
     let mut coef = Vec::new();
     let mut row_sets = Vec::new();
     for f in &fits {
-        coef.extend(f.expansion.coef.iter().map(|c| c / rounds));
-        row_sets.push(&f.expansion.support);
+        coef.extend(f.expansion().coef.iter().map(|c| c / rounds));
+        row_sets.push(&f.expansion().support);
     }
     let support = Rows::concat(&row_sets);
-    let mut last = fits.into_iter().last().expect("at least one round");
-    last.expansion = KernelExpansion::new(kernel, support, coef, 0.0);
-    last
+    let last = fits.into_iter().last().expect("at least one round");
+    last.with_expansion(KernelExpansion::new(kernel, support, coef, 0.0))
 }
 
 /// 0..len without the sorted `removed` indices.
@@ -432,6 +283,10 @@ fn without(len: usize, removed: &[usize]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicBool;
+
+    use crate::learn::spec::pu_rank_tau;
+    use crate::learn::tfpl::TfplParams;
+    use crate::learn::threshold::OobRule;
 
     use ndarray::Array2;
 
@@ -448,7 +303,7 @@ mod tests {
 
     /// 600 labelled positives around (0.9, 0.9, 0), 3 000 unlabeled rows of which 40 % come from
     /// the positives' distribution and the rest from negatives around 0: ranked at the
-    /// unlabeled share of [`pu_rank_tau`], τ-FPL separates the two; ranked at τ = 5 % of the
+    /// unlabeled share of `pu_rank_tau`, τ-FPL separates the two; ranked at τ = 5 % of the
     /// unlabeled rows (mostly positives themselves) its exact optimum is w = 0.
     #[test]
     fn pu_tfpl_ranks_against_the_unlabeled_share_an_fpr_threshold_leaves() {

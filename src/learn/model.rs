@@ -237,6 +237,52 @@ impl Model {
             Model::Tfpl(m) => &m.fit.expansion,
         }
     }
+
+    /// The model without its warm-start state, which only a trainer needs: USMO's per-sample
+    /// σ and support ids, τ-FPL's duals. Scores and threshold are unchanged.
+    pub fn scoring_only(&self) -> Model {
+        let mut out = self.clone();
+        match &mut out {
+            Model::Usmo(e) => {
+                e.fit.state.unlabeled = Vec::new();
+                e.fit.state.support_ids = Vec::new();
+            }
+            Model::Tfpl(e) => {
+                e.fit.alpha = Vec::new();
+                e.fit.beta = Vec::new();
+            }
+        }
+        out
+    }
+
+    /// The solver's report (what `train --report json` prints).
+    pub fn report(&self) -> serde_json::Value {
+        match self {
+            Model::Usmo(e) => serde_json::json!(e.fit.report),
+            Model::Tfpl(e) => serde_json::json!(e.fit.report),
+        }
+    }
+
+    /// The algorithm's own settings and provenance as `model inspect` shows them: its
+    /// hyper-parameters, the solver tolerance, the training data's fingerprint and the report.
+    pub fn details(&self) -> serde_json::Value {
+        match self {
+            Model::Usmo(e) => serde_json::json!({
+                "prior": e.fit.state.prior,
+                "lambda": e.fit.state.lambda,
+                "tol": e.tol,
+                "fingerprint": e.fingerprint,
+                "report": e.fit.report,
+            }),
+            Model::Tfpl(e) => serde_json::json!({
+                "rank_tau": e.fit.tau,
+                "reg": e.fit.reg,
+                "tol": e.tol,
+                "fingerprint": e.fingerprint,
+                "report": e.fit.report,
+            }),
+        }
+    }
 }
 
 /// Rows scaled per block when scoring dense input.

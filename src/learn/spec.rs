@@ -8,18 +8,22 @@
 //! the kernel (rbf for USMO, linear for τ-FPL, γ = 1/number of features), the solver
 //! tolerance (1e-3 for USMO, 1e-6 for τ-FPL) and the prior interval of a lone bound.
 //!
-//! Adding an algorithm: its module, a variant of [`AlgorithmSpec`] (with its arms here and in
-//! [`crate::learn::calibrate`] and [`crate::learn::model`]), its flags and its config table.
+//! Every arm that depends on the algorithm is here or in [`crate::learn::model`]: the settings
+//! ([`AlgorithmSpec`]), the checked solver ([`Algorithm`]), its fit ([`Fit`]) and what the
+//! calibration needs to know of it ([`Algorithm::trains_on_negatives`],
+//! [`Algorithm::for_unlabeled_as_negatives`]). Adding an algorithm is its module, a variant of
+//! each of those enums and of [`Model`], its flags (`cli/args.rs`) and its config table
+//! (`config/model.rs`).
 
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use crate::data::{Dataset, ScaleKind, Scaler};
-use crate::learn::calibrate::{tfpl_scaler, usmo_scaler, Algorithm, Fit, ThresholdSpec};
-use crate::learn::kernel::Kernel;
+use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+use crate::learn::kernel::{Kernel, KernelExpansion};
 use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
-use crate::learn::tfpl::{TfplError, TfplParams, TfplSolver, TfplValidParams};
+use crate::learn::tfpl::{TfplError, TfplModel, TfplParams, TfplSolver, TfplValidParams};
 use crate::learn::threshold::{OobRule, ThresholdMethod, ThresholdResult};
-use crate::learn::usmo::{UsmoError, UsmoParams, UsmoValidParams};
+use crate::learn::usmo::{UsmoError, UsmoModel, UsmoParams, UsmoValidParams};
 
 /// Kernel families; the parameters are in [`KernelSpec`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,6 +223,37 @@ impl ThresholdSettings {
     }
 }
 
+/// How the threshold is chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThresholdSpec {
+    /// `None`: umbrella when the data has negatives, else pu-umbrella.
+    pub method: Option<ThresholdMethod>,
+    /// τ: the target false-positive rate.
+    pub tau: f64,
+    /// δ: the allowed probability that the true FPR exceeds τ (umbrella methods).
+    pub delta: f64,
+    /// Share of the negatives (umbrella) or of the positives and unlabeled rows (pu-umbrella)
+    /// held out for calibration.
+    pub calibration_fraction: f64,
+    /// [π_min, π_max]: the positive share of the unlabeled data (pu-umbrella).
+    pub prior_interval: Option<(f64, f64)>,
+    pub rounds: usize,
+    pub oob_rule: OobRule,
+    pub seed: u64,
+}
+
+impl ThresholdSpec {
+    /// The method used on `data`: the explicit one, else umbrella when the data has negatives,
+    /// else pu-umbrella.
+    pub fn method_for(&self, data: &Dataset) -> ThresholdMethod {
+        self.method.unwrap_or(if data.count(Label::Negative) == 0 {
+            ThresholdMethod::PuUmbrella
+        } else {
+            ThresholdMethod::Umbrella
+        })
+    }
+}
+
 /// Everything that decides how a scorer is trained and thresholded (unchecked).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LearnerSpec {
@@ -286,9 +321,7 @@ impl Learner {
         })
     }
 
-    /// The training scaler: USMO's is fitted on the positives and unlabeled rows it trains
-    /// on; τ-FPL's on every row, then divided by the largest row norm
-    /// ([`crate::learn::calibrate::tfpl_scaler`]).
+    /// The training scaler ([`usmo_scaler`], [`tfpl_scaler`]).
     pub fn scaler(&self, data: &Dataset) -> Scaler {
         match self.algorithm {
             AlgorithmSpec::Usmo(_) => usmo_scaler(self.scale, data),
@@ -326,10 +359,7 @@ pub fn model_of(
     fingerprint: Fingerprint,
     threshold: Option<ThresholdResult>,
 ) -> Model {
-    let tol = match solver {
-        Algorithm::Usmo(p) => p.tol,
-        Algorithm::Tfpl(p) => p.tol,
-    };
+    let tol = solver.tol();
     match fit {
         Fit::Usmo(fit) => Model::Usmo(UsmoEntry {
             scaler,
@@ -353,5 +383,180 @@ pub fn fit_of(model: &Model) -> Fit {
     match model {
         Model::Usmo(e) => Fit::Usmo(e.fit.clone()),
         Model::Tfpl(e) => Fit::Tfpl(e.fit.clone()),
+    }
+}
+
+/// The rank τ of τ-FPL trained on positives against unlabeled rows for an FPR level `tau`.
+///
+/// Among unlabeled rows, a share π are positives, so a threshold with false-positive rate τ
+/// that keeps every positive above it leaves π + (1 − π)·τ of the unlabeled rows above it
+/// (F_U = π·TPR + (1 − π)·FPR). Ranking the positives against the top ⌊τn_U⌋ + 1 unlabeled rows
+/// instead would rank them against rows that are mostly positives themselves whenever τ < π:
+/// the top-k mean of the unlabeled then dominates the positives' mean in every direction, and
+/// the exact optimum is w = 0 (on the bundled spambase stream, π = 0.38 and τ = 0.05). π is the
+/// middle of the prior interval; the threshold (pu-umbrella) certifies the FPR over the whole
+/// interval either way. Capped below 1.
+pub fn pu_rank_tau(tau: f64, prior_min: f64, prior_max: f64) -> f64 {
+    let prior = 0.5 * (prior_min + prior_max);
+    (prior + (1.0 - prior) * tau).min(1.0 - f64::EPSILON)
+}
+
+/// The USMO training scaler: fitted on the positives and unlabeled rows (the rows USMO trains
+/// on), never on negatives, which only evaluate or calibrate it.
+pub fn usmo_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
+    let train: Vec<usize> = (0..data.len())
+        .filter(|&i| data.labels[i] != Label::Negative)
+        .collect();
+    Scaler::fit(kind, &data.rows.select(&train))
+}
+
+/// The τ-FPL training scaler: fitted on every row, then divided by the largest scaled row
+/// norm, so ‖x‖ ≤ 1 on the training rows (docs/tau-fpl.md §6.15) and one R grid suits every
+/// data set.
+pub fn tfpl_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
+    let scaler = Scaler::fit(kind, &data.rows);
+    let largest = scaler
+        .transform(&data.rows)
+        .squared_norms()
+        .into_iter()
+        .fold(0.0, f64::max)
+        .sqrt();
+    if largest > 0.0 && largest.is_finite() {
+        scaler.times(1.0 / largest)
+    } else {
+        scaler
+    }
+}
+
+/// A checked solver of any algorithm.
+#[derive(Debug, Clone)]
+pub enum Algorithm {
+    Usmo(UsmoValidParams),
+    Tfpl(TfplValidParams),
+}
+
+impl Algorithm {
+    /// Trains on `data` (already scaled), from `previous` when it is a fit of the same
+    /// algorithm.
+    pub fn fit(
+        &self,
+        previous: Option<&Fit>,
+        data: &Dataset,
+        cancel: &AtomicBool,
+    ) -> Result<Fit, SpecError> {
+        Ok(match self {
+            Algorithm::Usmo(p) => {
+                let prev = match previous {
+                    Some(Fit::Usmo(m)) => Some(m),
+                    _ => None,
+                };
+                Fit::Usmo(p.fit_with(prev, data, cancel)?)
+            }
+            Algorithm::Tfpl(p) => {
+                let prev = match previous {
+                    Some(Fit::Tfpl(m)) => Some(m),
+                    _ => None,
+                };
+                Fit::Tfpl(p.fit_with(prev, data, cancel)?)
+            }
+        })
+    }
+
+    /// The solver's stopping tolerance, as stored in the model.
+    pub fn tol(&self) -> f64 {
+        match self {
+            Algorithm::Usmo(p) => p.tol,
+            Algorithm::Tfpl(p) => p.tol,
+        }
+    }
+
+    /// Whether negatives train the scorer. USMO's never do, so every negative is unseen and
+    /// may calibrate it; τ-FPL ranks positives against negatives.
+    pub fn trains_on_negatives(&self) -> bool {
+        match self {
+            Algorithm::Usmo(_) => false,
+            Algorithm::Tfpl(_) => true,
+        }
+    }
+
+    /// The solver to train on data without negatives, whose unlabeled rows then stand in for
+    /// them, given the prior interval; `None` for an algorithm that learns from unlabeled rows
+    /// as they are (USMO). τ-FPL then ranks at [`pu_rank_tau`].
+    pub fn for_unlabeled_as_negatives(
+        &self,
+        prior_min: f64,
+        prior_max: f64,
+    ) -> Result<Option<Algorithm>, SpecError> {
+        Ok(match self {
+            Algorithm::Usmo(_) => None,
+            Algorithm::Tfpl(params) => Some(Algorithm::Tfpl(
+                TfplParams {
+                    tau: pu_rank_tau(params.tau, prior_min, prior_max),
+                    ..(**params).clone()
+                }
+                .check()?,
+            )),
+        })
+    }
+}
+
+/// A trained scorer of any algorithm.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fit {
+    Usmo(UsmoModel),
+    Tfpl(TfplModel),
+}
+
+impl Fit {
+    pub fn expansion(&self) -> &KernelExpansion {
+        match self {
+            Fit::Usmo(m) => &m.expansion,
+            Fit::Tfpl(m) => &m.expansion,
+        }
+    }
+
+    /// The same fit scoring with `expansion` (the mean of bootstrap rounds' scorers).
+    pub fn with_expansion(self, expansion: KernelExpansion) -> Fit {
+        match self {
+            Fit::Usmo(mut m) => {
+                m.expansion = expansion;
+                Fit::Usmo(m)
+            }
+            Fit::Tfpl(mut m) => {
+                m.expansion = expansion;
+                Fit::Tfpl(m)
+            }
+        }
+    }
+
+    /// The solver's steps: USMO's pair steps, τ-FPL's iterations.
+    pub fn iterations(&self) -> u64 {
+        match self {
+            Fit::Usmo(m) => m.report.iterations,
+            Fit::Tfpl(m) => m.report.iterations,
+        }
+    }
+
+    /// Kernel values computed (USMO; τ-FPL reports none).
+    pub fn kernel_evaluations(&self) -> u64 {
+        match self {
+            Fit::Usmo(m) => m.report.kernel_evaluations,
+            Fit::Tfpl(_) => 0,
+        }
+    }
+
+    /// Whether the solver met its stopping test (not stopped by a cap or cancelled).
+    pub fn converged(&self) -> bool {
+        match self {
+            Fit::Usmo(m) => m.report.converged,
+            Fit::Tfpl(m) => m.report.converged,
+        }
+    }
+
+    /// The scores of `rows` (already scaled).
+    pub fn scores(&self, rows: &Rows) -> Vec<f64> {
+        let mut out = vec![0.0; rows.n_rows()];
+        self.expansion().decision_batch(rows, &mut out);
+        out
     }
 }
