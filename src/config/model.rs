@@ -131,6 +131,96 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// The `[model]` table's own checks, each naming its key (run by [`super::Config::check`]
+    /// in its place among the other sections').
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let bad = |key: &str, message: String| Err((key.to_string(), message));
+        let unit = |key: &str, v: f64| -> Result<(), (String, String)> {
+            if v.is_finite() && v > 0.0 && v < 1.0 {
+                Ok(())
+            } else {
+                Err((key.to_string(), format!("must be in (0, 1), got {v}")))
+            }
+        };
+        let m = self;
+        unit("model.tau", m.tau)?;
+        unit("model.delta", m.delta)?;
+        if let Some(t) = m.rank_tau {
+            unit("model.rank_tau", t)?;
+        }
+        for (key, v) in [
+            ("model.prior", m.prior),
+            ("model.prior_min", m.prior_min),
+            ("model.prior_max", m.prior_max),
+        ] {
+            if let Some(v) = v {
+                unit(key, v)?;
+            }
+        }
+        if m.algorithm == AlgorithmName::Usmo && m.prior.is_none() {
+            return bad("model.prior", "required when algorithm = \"usmo\"".into());
+        }
+        let (lo, hi) = self.prior_interval();
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            if lo > hi {
+                return bad(
+                    "model.prior_min",
+                    format!("{lo} is above model.prior_max {hi}"),
+                );
+            }
+            if let Some(p) = m.prior {
+                if p < lo || p > hi {
+                    return bad(
+                        "model.prior",
+                        format!("{p} is outside [prior_min, prior_max] = [{lo}, {hi}]"),
+                    );
+                }
+            }
+        }
+        if m.threshold == Some(ThresholdName::PuUmbrella) && (lo.is_none() || hi.is_none()) {
+            return bad(
+                "model.prior_min",
+                "pu-umbrella needs prior (or prior_min and prior_max)".into(),
+            );
+        }
+        if m.threshold == Some(ThresholdName::Oob) && m.algorithm == AlgorithmName::Usmo {
+            return bad(
+                "model.threshold",
+                "oob needs negatives in training; use umbrella or pu-umbrella with usmo".into(),
+            );
+        }
+        if m.calibration_percent == 0 || m.calibration_percent >= 100 {
+            return bad(
+                "model.calibration_percent",
+                format!("must be in 1..=99, got {}", m.calibration_percent),
+            );
+        }
+        for (key, v) in [("model.lambda", m.lambda), ("model.reg", m.reg)] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(key, format!("must be finite and > 0, got {v}"));
+            }
+        }
+        if let Some(g) = m.gamma {
+            if !(g.is_finite() && g > 0.0) {
+                return bad("model.gamma", format!("must be finite and > 0, got {g}"));
+            }
+        }
+        if let Some(t) = m.tol {
+            if !(t.is_finite() && t > 0.0) {
+                return bad("model.tol", format!("must be finite and > 0, got {t}"));
+            }
+        }
+        if m.rounds == 0 {
+            return bad("model.rounds", "must be ≥ 1".into());
+        }
+        Ok(())
+    }
+
+    /// [π_min, π_max], each defaulting to `prior`.
+    pub fn prior_interval(&self) -> (Option<f64>, Option<f64>) {
+        (self.prior_min.or(self.prior), self.prior_max.or(self.prior))
+    }
+
     /// The learner these settings describe: the one place the `[model]` table maps into
     /// [`LearnerSpec`]. A missing `prior_min` or `prior_max` is `prior`; the threshold method
     /// is left to the data (umbrella with negatives, else pu-umbrella) unless `threshold` is
