@@ -6,14 +6,13 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use super::CliError;
-use crate::data::{Format, ReadOptions, ScaleKind};
+pub use crate::config::{AlgorithmName, KernelName, OobRuleName, ScaleName, ThresholdName};
+use crate::data::{Format, ReadOptions};
 use crate::learn::metrics::F1Class;
 use crate::learn::spec::{
-    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, SolverLimits, TfplSpec, ThresholdSettings,
-    UsmoSpec,
+    AlgorithmSpec, KernelSpec, LearnerSpec, SolverLimits, TfplSpec, ThresholdSettings, UsmoSpec,
 };
 use crate::learn::tfpl::TfplSolver;
-use crate::learn::threshold::{OobRule, ThresholdMethod};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -254,7 +253,7 @@ pub struct BenchTfplArgs {
     pub solver: SolverArg,
     /// Feature scaling, as `train --algo tfpl` does it (then ‖x‖ ≤ 1).
     #[arg(long, value_enum, default_value = "standard")]
-    pub scale: ScaleArg,
+    pub scale: ScaleName,
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
 }
@@ -280,19 +279,6 @@ pub struct BenchProjectionArgs {
 pub enum ModelCommand {
     /// Print a model's metadata as JSON.
     Inspect { model: PathBuf },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Algo {
-    Usmo,
-    Tfpl,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum KernelName {
-    Linear,
-    Rbf,
-    Poly,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -328,23 +314,6 @@ impl From<SolverArg> for TfplSolver {
             SolverArg::Auto => TfplSolver::Auto,
             SolverArg::Fista => TfplSolver::Fista,
             SolverArg::Ipm => TfplSolver::Ipm,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ScaleArg {
-    None,
-    Standard,
-    Minmax,
-}
-
-impl From<ScaleArg> for ScaleKind {
-    fn from(s: ScaleArg) -> ScaleKind {
-        match s {
-            ScaleArg::None => ScaleKind::None,
-            ScaleArg::Standard => ScaleKind::Standard,
-            ScaleArg::Minmax => ScaleKind::MinMax,
         }
     }
 }
@@ -421,7 +390,7 @@ pub struct ModelArgs {
     pub coef0: f64,
     /// Feature scaling, fitted on the training rows and stored in the model.
     #[arg(long, value_enum, default_value = "standard")]
-    pub scale: ScaleArg,
+    pub scale: ScaleName,
     /// usmo: stop when max l − min r ≤ tol (default 1e-3); tfpl: stop when the relative
     /// duality gap ≤ tol (default 1e-6).
     #[arg(allow_negative_numbers = true, long)]
@@ -446,38 +415,6 @@ pub struct ModelArgs {
     pub cache_mb: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ThresholdArg {
-    Oob,
-    Umbrella,
-    PuUmbrella,
-}
-
-impl From<ThresholdArg> for ThresholdMethod {
-    fn from(t: ThresholdArg) -> ThresholdMethod {
-        match t {
-            ThresholdArg::Oob => ThresholdMethod::Oob,
-            ThresholdArg::Umbrella => ThresholdMethod::Umbrella,
-            ThresholdArg::PuUmbrella => ThresholdMethod::PuUmbrella,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OobRuleArg {
-    Quantile,
-    Npscore,
-}
-
-impl From<OobRuleArg> for OobRule {
-    fn from(r: OobRuleArg) -> OobRule {
-        match r {
-            OobRuleArg::Quantile => OobRule::Quantile,
-            OobRuleArg::Npscore => OobRule::NpScore,
-        }
-    }
-}
-
 /// The false-positive target and how the threshold is calibrated.
 #[derive(Debug, Clone, Args)]
 pub struct ThresholdArgs {
@@ -490,7 +427,7 @@ pub struct ThresholdArgs {
     pub rank_tau: Option<f64>,
     /// Threshold method; default umbrella when the data has negatives, else pu-umbrella.
     #[arg(long, value_enum)]
-    pub threshold: Option<ThresholdArg>,
+    pub threshold: Option<ThresholdName>,
     /// δ: the allowed probability that the true FPR exceeds τ.
     #[arg(allow_negative_numbers = true, long, default_value_t = 0.05)]
     pub delta: f64,
@@ -509,13 +446,13 @@ pub struct ThresholdArgs {
     pub rounds: usize,
     /// oob: the per-round threshold rule.
     #[arg(long, value_enum, default_value = "quantile")]
-    pub oob_rule: OobRuleArg,
+    pub oob_rule: OobRuleName,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
     #[arg(long, value_enum)]
-    pub algo: Algo,
+    pub algo: AlgorithmName,
     #[command(flatten)]
     pub data: DataArgs,
     /// Rows A:B to train on (0-based, half-open, over data rows; applied after PU labelling).
@@ -590,7 +527,7 @@ pub struct EvalThresholdArgs {
     /// Threshold method; default oob for tfpl, pu-umbrella for usmo and for tfpl with
     /// --pu-labeled-fraction.
     #[arg(long, value_enum)]
-    pub threshold: Option<ThresholdArg>,
+    pub threshold: Option<ThresholdName>,
     /// δ: the allowed probability that the true FPR exceeds τ (umbrella methods).
     #[arg(allow_negative_numbers = true, long, default_value_t = 0.05)]
     pub delta: f64,
@@ -609,13 +546,13 @@ pub struct EvalThresholdArgs {
     pub rounds: usize,
     /// oob: the per-round threshold rule (default npscore, the paper's experiments).
     #[arg(long, value_enum)]
-    pub oob_rule: Option<OobRuleArg>,
+    pub oob_rule: Option<OobRuleName>,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
     #[arg(long, value_enum)]
-    pub algo: Algo,
+    pub algo: AlgorithmName,
     #[command(flatten)]
     pub data: DataArgs,
     /// Fraction of the training positives that keep their label (required for usmo; with tfpl
@@ -663,11 +600,7 @@ impl ModelArgs {
     /// The kernel flags (the kind's default is the algorithm's: rbf for usmo, linear for tfpl).
     pub fn kernel_spec(&self) -> KernelSpec {
         KernelSpec {
-            kind: self.kernel.map(|k| match k {
-                KernelName::Linear => KernelKind::Linear,
-                KernelName::Rbf => KernelKind::Rbf,
-                KernelName::Poly => KernelKind::Poly,
-            }),
+            kind: self.kernel.map(Into::into),
             gamma: self.gamma,
             degree: self.degree,
             coef0: self.coef0,
@@ -705,10 +638,14 @@ impl ModelArgs {
     /// The one place the model flags map into a [`LearnerSpec`]: `regularisation` is λ (usmo)
     /// or R (tfpl), given by the caller (train: the flag or its default; eval: the flag or a
     /// cross-validated choice). No threshold; train adds it from `--tau`.
-    pub fn learner_spec(&self, algo: Algo, regularisation: f64) -> Result<LearnerSpec, CliError> {
+    pub fn learner_spec(
+        &self,
+        algo: AlgorithmName,
+        regularisation: f64,
+    ) -> Result<LearnerSpec, CliError> {
         let algorithm = match algo {
-            Algo::Usmo => AlgorithmSpec::Usmo(self.usmo_spec(regularisation)?),
-            Algo::Tfpl => AlgorithmSpec::Tfpl(self.tfpl_spec(regularisation)),
+            AlgorithmName::Usmo => AlgorithmSpec::Usmo(self.usmo_spec(regularisation)?),
+            AlgorithmName::Tfpl => AlgorithmSpec::Tfpl(self.tfpl_spec(regularisation)),
         };
         Ok(LearnerSpec {
             algorithm,

@@ -21,7 +21,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use super::args::{Algo, EvalArgs, ProtocolArg, ReportFormat};
+use super::args::{AlgorithmName, EvalArgs, ProtocolArg, ReportFormat};
 use super::{read_data, usmo_params, with_spinner, CliError};
 use crate::data::{Dataset, Label};
 use crate::learn::metrics::{f1_for, mean_sd, roc_auc, Confusion, F1Class};
@@ -219,7 +219,7 @@ pub(super) fn transductive(args: &EvalArgs) -> Result<bool, CliError> {
 
 /// `neyman eval` without `--tau`: the PU evaluation of the USMO paper.
 pub(super) fn pu_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
-    if args.algo != Algo::Usmo {
+    if args.algo != AlgorithmName::Usmo {
         return Err(CliError::Usage(
             "eval --algo tfpl needs --tau (the Neyman–Pearson protocol)".into(),
         ));

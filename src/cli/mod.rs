@@ -39,7 +39,7 @@ use crate::learn::tfpl::TfplValidParams;
 use crate::learn::usmo::{UsmoError, UsmoValidParams};
 use crate::learn::Scorer;
 
-use args::{Algo, DataArgs, ModelArgs, ReportFormat, ScoreArgs, TrainArgs};
+use args::{AlgorithmName, DataArgs, ModelArgs, ReportFormat, ScoreArgs, TrainArgs};
 
 /// `neyman eval`: with `--tau`, the Neyman–Pearson protocol ([`np_eval`]); without, the PU
 /// evaluation ([`eval`]).
@@ -233,11 +233,11 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     }
     let n_features = data.rows.n_features();
     let regularisation = match args.algo {
-        Algo::Usmo => args
+        AlgorithmName::Usmo => args
             .model
             .lambda
             .ok_or_else(|| CliError::Usage("--algo usmo needs --lambda".into()))?,
-        Algo::Tfpl => {
+        AlgorithmName::Tfpl => {
             if args.threshold.tau.is_none() {
                 return Err(CliError::Usage("--algo tfpl needs --tau".into()));
             }

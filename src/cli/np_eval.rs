@@ -59,7 +59,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
-use super::args::{Algo, CompareArg, EvalArgs, ReportFormat, ThresholdArg};
+use super::args::{AlgorithmName, CompareArg, EvalArgs, ReportFormat, ThresholdName};
 use super::baselines::svm_cells;
 use super::eval::{choose_lambda, run_repeats, stratified_split, transductive};
 use super::np_cells::{Cell, Method, Plan, TestPart};
@@ -396,14 +396,14 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
     if let Some(bad) = rank_taus.iter().find(|&&r| !(0.0..1.0).contains(&r)) {
         return usage(format!("every --rank-tau must be in [0, 1), got {bad}"));
     }
-    if args.algo == Algo::Usmo && !rank_taus.iter().zip(&t.tau).all(|(a, b)| a == b) {
+    if args.algo == AlgorithmName::Usmo && !rank_taus.iter().zip(&t.tau).all(|(a, b)| a == b) {
         return usage("--rank-tau is a tfpl flag".into());
     }
     if let Some(f) = args.pu_labeled_fraction {
         if !(f > 0.0 && f <= 1.0) {
             return usage(format!("--pu-labeled-fraction must be in (0, 1], got {f}"));
         }
-    } else if args.algo == Algo::Usmo {
+    } else if args.algo == AlgorithmName::Usmo {
         return usage("eval --algo usmo needs --pu-labeled-fraction".into());
     }
     if !(t.delta > 0.0 && t.delta < 1.0) {
@@ -421,10 +421,10 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
     }
     let threshold = match (args.algo, t.threshold) {
         (_, Some(explicit)) => explicit.into(),
-        (Algo::Tfpl, None) if args.pu_labeled_fraction.is_none() => ThresholdMethod::Oob,
+        (AlgorithmName::Tfpl, None) if args.pu_labeled_fraction.is_none() => ThresholdMethod::Oob,
         _ => ThresholdMethod::PuUmbrella,
     };
-    if args.algo == Algo::Usmo && t.threshold == Some(ThresholdArg::Oob) {
+    if args.algo == AlgorithmName::Usmo && t.threshold == Some(ThresholdName::Oob) {
         return usage("--threshold oob needs --algo tfpl (usmo never trains on negatives)".into());
     }
     if threshold == ThresholdMethod::PuUmbrella {
@@ -443,8 +443,8 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
         return usage("--rounds must be at least 1".into());
     }
     let mut methods = vec![match args.algo {
-        Algo::Tfpl => Method::Tfpl,
-        Algo::Usmo => Method::Usmo,
+        AlgorithmName::Tfpl => Method::Tfpl,
+        AlgorithmName::Usmo => Method::Usmo,
     }];
     for c in &args.compare {
         let m = match c {
@@ -622,13 +622,13 @@ pub(super) fn np_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliErr
     // Validate the model flags once before spawning work.
     let n_features = data.rows.n_features();
     match args.algo {
-        Algo::Tfpl => {
+        AlgorithmName::Tfpl => {
             tfpl_params(&args.model, plan.rank_taus[0], 1.0, n_features)?;
             if let Some(reg) = args.model.reg {
                 tfpl_params(&args.model, plan.rank_taus[0], reg, n_features)?;
             }
         }
-        Algo::Usmo => {
+        AlgorithmName::Usmo => {
             usmo_params(&args.model, args.model.lambda.unwrap_or(1e-2), n_features)?;
         }
     }
@@ -729,10 +729,10 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
         }
         None => {
             let selection = match (args.algo, args.model.reg, args.model.lambda) {
-                (Algo::Tfpl, Some(reg), _) => format!("R = {reg}"),
-                (Algo::Tfpl, None, _) => format!("R by {}-fold CV", plan.folds),
-                (Algo::Usmo, _, Some(lambda)) => format!("λ = {lambda}"),
-                (Algo::Usmo, _, None) => "λ by 3-fold PU-risk CV".into(),
+                (AlgorithmName::Tfpl, Some(reg), _) => format!("R = {reg}"),
+                (AlgorithmName::Tfpl, None, _) => format!("R by {}-fold CV", plan.folds),
+                (AlgorithmName::Usmo, _, Some(lambda)) => format!("λ = {lambda}"),
+                (AlgorithmName::Usmo, _, None) => "λ by 3-fold PU-risk CV".into(),
             };
             println!(
                 "{} on {} ({} rows): holdout, {} splits, test fraction {}, {selection}{}",

@@ -11,14 +11,14 @@ use crate::learn::spec::{
 use crate::learn::tfpl::TfplSolver;
 use crate::learn::threshold::{OobRule, ThresholdMethod};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum AlgorithmName {
     Usmo,
     Tfpl,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum ThresholdName {
     Oob,
@@ -26,7 +26,7 @@ pub enum ThresholdName {
     PuUmbrella,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum KernelName {
     Linear,
@@ -34,7 +34,7 @@ pub enum KernelName {
     Poly,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ScaleName {
     None,
@@ -42,11 +42,50 @@ pub enum ScaleName {
     Minmax,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum OobRuleName {
     Quantile,
     Npscore,
+}
+
+impl From<KernelName> for KernelKind {
+    fn from(k: KernelName) -> KernelKind {
+        match k {
+            KernelName::Linear => KernelKind::Linear,
+            KernelName::Rbf => KernelKind::Rbf,
+            KernelName::Poly => KernelKind::Poly,
+        }
+    }
+}
+
+impl From<ScaleName> for ScaleKind {
+    fn from(s: ScaleName) -> ScaleKind {
+        match s {
+            ScaleName::None => ScaleKind::None,
+            ScaleName::Standard => ScaleKind::Standard,
+            ScaleName::Minmax => ScaleKind::MinMax,
+        }
+    }
+}
+
+impl From<ThresholdName> for ThresholdMethod {
+    fn from(t: ThresholdName) -> ThresholdMethod {
+        match t {
+            ThresholdName::Oob => ThresholdMethod::Oob,
+            ThresholdName::Umbrella => ThresholdMethod::Umbrella,
+            ThresholdName::PuUmbrella => ThresholdMethod::PuUmbrella,
+        }
+    }
+}
+
+impl From<OobRuleName> for OobRule {
+    fn from(r: OobRuleName) -> OobRule {
+        match r {
+            OobRuleName::Quantile => OobRule::Quantile,
+            OobRuleName::Npscore => OobRule::NpScore,
+        }
+    }
 }
 
 /// The learner, its false-positive target and its threshold.
@@ -242,41 +281,26 @@ impl ModelConfig {
         LearnerSpec {
             algorithm,
             kernel: KernelSpec {
-                kind: self.kernel.map(|k| match k {
-                    KernelName::Linear => KernelKind::Linear,
-                    KernelName::Rbf => KernelKind::Rbf,
-                    KernelName::Poly => KernelKind::Poly,
-                }),
+                kind: self.kernel.map(Into::into),
                 gamma: self.gamma,
                 degree: self.degree,
                 coef0: self.coef0,
             },
-            scale: match self.scale {
-                ScaleName::None => ScaleKind::None,
-                ScaleName::Standard => ScaleKind::Standard,
-                ScaleName::Minmax => ScaleKind::MinMax,
-            },
+            scale: self.scale.into(),
             limits: SolverLimits {
                 tol: self.tol,
                 max_iter: self.max_iter,
                 time_limit: self.time_limit.map(|d| d.0),
             },
             threshold: Some(ThresholdSettings {
-                method: self.threshold.map(|t| match t {
-                    ThresholdName::Oob => ThresholdMethod::Oob,
-                    ThresholdName::Umbrella => ThresholdMethod::Umbrella,
-                    ThresholdName::PuUmbrella => ThresholdMethod::PuUmbrella,
-                }),
+                method: self.threshold.map(Into::into),
                 tau: self.tau,
                 delta: self.delta,
                 calibration_fraction: f64::from(self.calibration_percent) / 100.0,
                 prior_min: self.prior_min.or(self.prior),
                 prior_max: self.prior_max.or(self.prior),
                 rounds: self.rounds,
-                oob_rule: match self.oob_rule {
-                    OobRuleName::Quantile => OobRule::Quantile,
-                    OobRuleName::Npscore => OobRule::NpScore,
-                },
+                oob_rule: self.oob_rule.into(),
             }),
             seed: self.seed,
         }

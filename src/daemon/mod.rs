@@ -291,23 +291,21 @@ async fn serve_while(
     shutdown: impl Future<Output = ()> + Send + 'static,
     intake: Intake,
 ) -> Result<Summary, DaemonError> {
-    let ServeWhile {
-        http,
-        state,
-        shutdown_timeout,
-        keep_serving,
-        stop,
-        cancel,
-    } = serving;
-    let listener = bind(&http.listen).await.map_err(DaemonError::runtime)?;
+    let listener = bind(&serving.http.listen)
+        .await
+        .map_err(DaemonError::runtime)?;
     let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
     let mut wait_stop = http_stopped.clone();
-    let server = tokio::spawn(serve(listener, state, async move {
+    let server = tokio::spawn(serve(listener, serving.state, async move {
         let _ = wait_stop.wait_for(|&stopped| stopped).await;
     }));
     let signalled = Arc::new(AtomicBool::new(false));
     let on_signal = {
-        let (stop, signalled) = (Arc::clone(&stop), Arc::clone(&signalled));
+        let (stop, cancel, signalled) = (
+            Arc::clone(&serving.stop),
+            Arc::clone(&serving.cancel),
+            Arc::clone(&signalled),
+        );
         tokio::spawn(async move {
             shutdown.await;
             tracing::info!("shutdown requested: stopping intake, cancelling any retrain");
@@ -318,19 +316,19 @@ async fn serve_while(
     };
     let intake = tokio::task::spawn_blocking(intake);
     let summary = intake.await.map_err(DaemonError::runtime)??;
-    if keep_serving && !signalled.load(Ordering::SeqCst) {
+    if serving.keep_serving && !signalled.load(Ordering::SeqCst) {
         tracing::info!("still serving HTTP; SIGINT or SIGTERM stops");
         let _ = on_signal.await;
     } else {
         on_signal.abort();
     }
     let _ = stop_http.send(true);
-    match tokio::time::timeout(shutdown_timeout, server).await {
+    match tokio::time::timeout(serving.shutdown_timeout, server).await {
         Ok(joined) => joined
             .map_err(DaemonError::runtime)?
             .map_err(DaemonError::runtime)?,
         Err(_) => tracing::warn!(
-            seconds = shutdown_timeout.as_secs_f64(),
+            seconds = serving.shutdown_timeout.as_secs_f64(),
             "HTTP requests still open at log.shutdown_timeout; exiting anyway"
         ),
     }
