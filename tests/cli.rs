@@ -430,6 +430,28 @@ fn train_report_json_fields_and_optimality() {
 // 3. Model round trip: train → score (CSV twice, JSON Lines, stdout) → inspect
 // ---------------------------------------------------------------------------------------------
 
+/// USMO's kernel defaults to RBF with γ = 1/n_features on the command line, as in the daemon:
+/// the same model as naming them.
+#[test]
+fn usmo_kernel_defaults_to_rbf_as_in_the_daemon() {
+    let dir = TempDir::new().unwrap();
+    let (default, named) = (dir.path().join("d.bin"), dir.path().join("n.bin"));
+    let mut args = vec!["train"];
+    args.extend_from_slice(&HEART_TRAIN);
+    args.extend_from_slice(&["--out", s(&default)]);
+    neyman(&args).ok();
+    let gamma = format!("{}", 1.0 / 13.0);
+    train_heart(&named, &["--kernel", "rbf", "--gamma", &gamma]).ok();
+    let inspect = |m: &Path| neyman(&["model", "inspect", s(m)]).ok().json();
+    let (d, n) = (inspect(&default), inspect(&named));
+    assert_eq!(d["kernel"], n["kernel"], "{d:?}");
+    assert!(d["kernel"]["rbf"]["gamma"].is_number(), "{d:?}");
+    assert_eq!(
+        score_to(&default, HEART, &dir.path().join("d.csv")),
+        score_to(&named, HEART, &dir.path().join("n.csv"))
+    );
+}
+
 #[test]
 fn model_round_trip_scores_and_inspect() {
     let dir = TempDir::new().unwrap();

@@ -658,6 +658,36 @@ impl ModelArgs {
     }
 }
 
+/// R when `--reg` is absent (train; eval chooses R by cross-validation instead).
+pub const DEFAULT_REG: f64 = 1e-2;
+
+impl TrainArgs {
+    /// The learner `train` fits: the model flags with `--lambda` (required for usmo) or
+    /// `--reg` (default [`DEFAULT_REG`]); the threshold flags, if `--tau` (tfpl needs it: it
+    /// ranks at `--rank-tau`, else at `--tau`); `--seed`.
+    pub fn learner_spec(&self) -> Result<LearnerSpec, CliError> {
+        let regularisation = match self.algo {
+            AlgorithmName::Usmo => self
+                .model
+                .lambda
+                .ok_or_else(|| CliError::Usage("--algo usmo needs --lambda".into()))?,
+            AlgorithmName::Tfpl => {
+                if self.threshold.tau.is_none() {
+                    return Err(CliError::Usage("--algo tfpl needs --tau".into()));
+                }
+                self.model.reg.unwrap_or(DEFAULT_REG)
+            }
+        };
+        let mut spec = self.model.learner_spec(self.algo, regularisation)?;
+        if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
+            s.rank_tau = self.threshold.rank_tau;
+        }
+        spec.threshold = self.threshold.settings();
+        spec.seed = self.seed;
+        Ok(spec)
+    }
+}
+
 impl ThresholdArgs {
     /// The threshold flags as settings, if `--tau` was given.
     pub fn settings(&self) -> Option<ThresholdSettings> {

@@ -34,12 +34,12 @@ use crate::config::LoadedConfig;
 use crate::data::{read, DataError, Dataset, Label, Rows};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::model::{Fingerprint, Model, ModelError};
-use crate::learn::spec::{model_of, AlgorithmSpec, SpecError};
+use crate::learn::spec::{model_of, SpecError};
 use crate::learn::tfpl::TfplValidParams;
 use crate::learn::usmo::{UsmoError, UsmoValidParams};
 use crate::learn::Scorer;
 
-use args::{AlgorithmName, DataArgs, ModelArgs, ReportFormat, ScoreArgs, TrainArgs};
+use args::{DataArgs, ModelArgs, ReportFormat, ScoreArgs, TrainArgs};
 
 /// `neyman eval`: with `--tau`, the Neyman–Pearson protocol ([`np_eval`]); without, the PU
 /// evaluation ([`eval`]).
@@ -150,9 +150,6 @@ fn usmo_params(
     Ok(spec.params(&args.kernel_spec(), &args.solver_limits(), n_features)?)
 }
 
-/// R when `--reg` is absent (train; eval chooses R by cross-validation instead).
-const DEFAULT_REG: f64 = 1e-2;
-
 /// Checked τ-FPL parameters from the flags, with R given explicitly.
 fn tfpl_params(
     args: &ModelArgs,
@@ -232,24 +229,7 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         });
     }
     let n_features = data.rows.n_features();
-    let regularisation = match args.algo {
-        AlgorithmName::Usmo => args
-            .model
-            .lambda
-            .ok_or_else(|| CliError::Usage("--algo usmo needs --lambda".into()))?,
-        AlgorithmName::Tfpl => {
-            if args.threshold.tau.is_none() {
-                return Err(CliError::Usage("--algo tfpl needs --tau".into()));
-            }
-            args.model.reg.unwrap_or(DEFAULT_REG)
-        }
-    };
-    let mut spec = args.model.learner_spec(args.algo, regularisation)?;
-    if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
-        s.rank_tau = args.threshold.rank_tau;
-    }
-    spec.threshold = args.threshold.settings();
-    spec.seed = args.seed;
+    let spec = args.learner_spec()?;
     let learner = spec.check()?;
     let algorithm = learner.solver(n_features)?;
     let previous = match &args.warm_start {

@@ -340,3 +340,30 @@ fn default_rounds() -> usize {
 fn default_oob_rule() -> OobRuleName {
     OobRuleName::Quantile
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::load;
+    use crate::learn::spec::{AlgorithmSpec, KernelKind};
+
+    const TFPL: &str = "[source]\npath = \"s\"\n[model]\nalgorithm = \"tfpl\"\ntau = 0.05\n";
+
+    /// `[model]` maps into the spec: the interval's ends default to `prior`, and a lone end
+    /// (without `prior`) is a point interval, as on the command line.
+    #[test]
+    fn the_prior_interval_defaults_to_prior_and_a_lone_end_is_a_point() {
+        let spec = |text: &str| load(text, &[]).unwrap().config.model.learner_spec();
+        let usmo = spec("[source]\npath = \"s\"\n[model]\nalgorithm = \"usmo\"\nprior = 0.3\ntau = 0.05\nprior_max = 0.4\n");
+        let t = usmo.threshold.as_ref().unwrap();
+        assert_eq!(t.prior_interval(), Some((0.3, 0.4)));
+        let AlgorithmSpec::Usmo(u) = &usmo.algorithm else {
+            panic!("usmo")
+        };
+        assert_eq!(u.prior, Some(0.3));
+        let lone = spec(&format!("{TFPL}prior_min = 0.2\n"));
+        assert_eq!(lone.threshold.unwrap().prior_interval(), Some((0.2, 0.2)));
+        let tfpl = spec(&format!("{TFPL}kernel = \"rbf\"\n"));
+        assert_eq!(tfpl.kernel.kind, Some(KernelKind::Rbf));
+        assert_eq!(spec(TFPL).kernel.kind, None, "the algorithm's default");
+    }
+}

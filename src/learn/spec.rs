@@ -560,3 +560,117 @@ impl Fit {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(algorithm: AlgorithmSpec) -> LearnerSpec {
+        LearnerSpec {
+            algorithm,
+            kernel: KernelSpec::default(),
+            scale: ScaleKind::Standard,
+            limits: SolverLimits::default(),
+            threshold: None,
+            seed: 0,
+        }
+    }
+
+    fn usmo() -> AlgorithmSpec {
+        AlgorithmSpec::Usmo(UsmoSpec {
+            prior: Some(0.3),
+            lambda: 1e-3,
+            cache_bytes: 1 << 20,
+        })
+    }
+
+    fn tfpl(rank_tau: Option<f64>) -> AlgorithmSpec {
+        AlgorithmSpec::Tfpl(TfplSpec {
+            rank_tau,
+            reg: 1e-2,
+            solver: TfplSolver::Auto,
+            max_gram_bytes: 1 << 20,
+        })
+    }
+
+    fn settings(prior_min: Option<f64>, prior_max: Option<f64>) -> ThresholdSettings {
+        ThresholdSettings {
+            method: None,
+            tau: 0.05,
+            delta: 0.05,
+            calibration_fraction: 0.3,
+            prior_min,
+            prior_max,
+            rounds: 10,
+            oob_rule: OobRule::Quantile,
+        }
+    }
+
+    /// One default per algorithm, whichever front end built the spec: rbf with γ = 1/d and
+    /// tol 1e-3 for USMO, linear and 1e-6 for τ-FPL.
+    #[test]
+    fn each_algorithm_has_one_kernel_and_tolerance_default() {
+        let learner = spec(usmo()).check().unwrap();
+        let Algorithm::Usmo(p) = learner.solver(4).unwrap() else {
+            panic!("a usmo solver")
+        };
+        assert_eq!(p.kernel, Kernel::Rbf { gamma: 0.25 });
+        assert_eq!(p.tol, 1e-3);
+        let mut tfpl_spec = spec(tfpl(Some(0.1)));
+        tfpl_spec.limits.tol = Some(1e-4);
+        let learner = tfpl_spec.check().unwrap();
+        let solver = learner.solver(4).unwrap();
+        let Algorithm::Tfpl(p) = &solver else {
+            panic!("a tfpl solver")
+        };
+        assert_eq!((p.kernel, p.tol, p.tau), (Kernel::Linear, 1e-4, 0.1));
+        assert_eq!(solver.tol(), 1e-4, "the tolerance a model stores");
+    }
+
+    #[test]
+    fn tfpl_ranks_at_the_threshold_tau_unless_told_and_needs_one_of_them() {
+        let mut s = spec(tfpl(None));
+        assert!(s.clone().check().is_err(), "no rank tau and no threshold");
+        s.threshold = Some(settings(None, None));
+        let Algorithm::Tfpl(p) = s.check().unwrap().solver(3).unwrap() else {
+            panic!("a tfpl solver")
+        };
+        assert_eq!(p.tau, 0.05);
+    }
+
+    #[test]
+    fn a_lone_prior_bound_is_a_point_interval() {
+        assert_eq!(settings(Some(0.2), None).prior_interval(), Some((0.2, 0.2)));
+        assert_eq!(settings(None, Some(0.4)).prior_interval(), Some((0.4, 0.4)));
+        assert_eq!(
+            settings(Some(0.2), Some(0.4)).prior_interval(),
+            Some((0.2, 0.4))
+        );
+        assert_eq!(settings(None, None).prior_interval(), None);
+    }
+
+    #[test]
+    fn check_runs_the_solvers_parameter_checks() {
+        let mut bad = spec(usmo());
+        if let AlgorithmSpec::Usmo(s) = &mut bad.algorithm {
+            s.prior = None;
+        }
+        assert!(matches!(bad.check(), Err(SpecError::Usmo(_))));
+        let mut bad = spec(usmo());
+        bad.kernel.gamma = Some(-1.0);
+        assert!(matches!(bad.check(), Err(SpecError::Usmo(_))));
+    }
+
+    #[test]
+    fn only_tfpl_trains_on_negatives_and_ranks_unlabeled_rows_as_them() {
+        let usmo = spec(usmo()).check().unwrap().solver(2).unwrap();
+        assert!(!usmo.trains_on_negatives());
+        assert!(usmo.for_unlabeled_as_negatives(0.3, 0.4).unwrap().is_none());
+        let tfpl = spec(tfpl(Some(0.05))).check().unwrap().solver(2).unwrap();
+        assert!(tfpl.trains_on_negatives());
+        let Some(Algorithm::Tfpl(p)) = tfpl.for_unlabeled_as_negatives(0.3, 0.4).unwrap() else {
+            panic!("a re-ranked tfpl solver")
+        };
+        assert_eq!(p.tau, pu_rank_tau(0.05, 0.3, 0.4));
+    }
+}
