@@ -14,7 +14,7 @@
 //!   layout ([`learn::model`]), and the one learner spec that every front end maps its
 //!   settings into ([`learn::spec`]).
 //! - [`data`]: samples and their files: dense and sparse rows behind one access type
-//!   ([`data::rows`]), CSV and LIBSVM readers ([`data::read`]), feature scaling
+//!   ([`data::rows`]), CSV and LIBSVM readers ([`mod@data::read`]), feature scaling
 //!   ([`data::scale`]), PU relabelling and row ranges.
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
 //! - [`deque`]: searches and removals on sorted deques, for the windows and the offset book.

@@ -6,7 +6,7 @@
 //! Here: `train`, `score`, `model inspect`, `config check` and the dispatch of `eval`. The
 //! others have a file each: [`args`] (the clap definitions and the flags' help), [`daemon`]
 //! (`run`, `replay`), [`kafka`] (`record`, `replay --to-kafka`), [`stream`] (`stream make`),
-//! [`bench`] and [`bench_kafka`] (`bench ...`), `eval` (the PU evaluation), `np_eval` (the
+//! [`mod@bench`] and [`bench_kafka`] (`bench ...`), `eval` (the PU evaluation), `np_eval` (the
 //! Neyman–Pearson protocol) with `np_cells` (its plan and per-split cells) and `baselines`
 //! (the linear-SVM baselines it compares against), and [`plot`] (ROC plots).
 
@@ -41,8 +41,8 @@ use crate::learn::Scorer;
 
 use args::{DataArgs, ModelArgs, ReportFormat, ScoreArgs, TrainArgs};
 
-/// `neyman eval`: with `--tau`, the Neyman–Pearson protocol ([`np_eval`]); without, the PU
-/// evaluation ([`eval`]).
+/// `neyman eval`: with `--tau`, the Neyman–Pearson protocol (`np_eval.rs`); without, the PU
+/// evaluation (`eval.rs`).
 pub fn eval(args: &args::EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     if args.threshold.tau.is_empty() {
         eval::pu_eval(args, cancel)

@@ -830,7 +830,7 @@ impl Engine {
 
     /// Installs a model a trainer published (scorer role): it must be trained under this
     /// configuration and dimension, newer than the active one, finite, and pass the gate's
-    /// data-free checks ([`Engine::certify`]). Events waiting for a first model are scored.
+    /// data-free checks (`certify`). Events waiting for a first model are scored.
     /// Returns the version installed, or why not.
     pub fn install_remote(&mut self, stored: StoredModel) -> Result<u64, String> {
         let n = stored.meta.n_features;

@@ -36,7 +36,7 @@ pub enum KernelKind {
 /// The kernel, with its parameters' defaults still open where they depend on the data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelSpec {
-    /// `None`: the algorithm's default ([`AlgorithmSpec::default_kernel`]).
+    /// `None`: the algorithm's default ([`UsmoSpec::DEFAULT_KERNEL`], [`TfplSpec::DEFAULT_KERNEL`]).
     pub kind: Option<KernelKind>,
     /// RBF / poly γ; `None`: 1 / number of features.
     pub gamma: Option<f64>,
@@ -169,7 +169,8 @@ impl AlgorithmSpec {
 /// Caps shared by every solver.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SolverLimits {
-    /// Stopping tolerance; `None`: [`AlgorithmSpec::default_tol`].
+    /// Stopping tolerance; `None`: the solver's default ([`UsmoSpec::DEFAULT_TOL`],
+    /// [`TfplSpec::DEFAULT_TOL`]).
     pub tol: Option<f64>,
     /// Stop after this many steps (reported as `converged: false`).
     pub max_iter: Option<u64>,

@@ -12,7 +12,7 @@
 //!   `source_offset`), rejected messages to `kafka.topics.dlq` (original key, payload and
 //!   headers, plus Kafka Connect's `__connect.errors.topic`, `.partition`, `.offset`,
 //!   `.exception.class.name` = the reason code and `.exception.message` = the detail). One
-//!   idempotent producer, on its own thread ([`Producing`]): the loop books the round's
+//!   idempotent producer, on its own thread (`Producing`): the loop books the round's
 //!   outputs and hands them over in one batch; that thread serialises scores, sends in order
 //!   and serves the delivery reports. A send that fails after librdkafka's own retries is
 //!   counted and sent again, never dropped.
@@ -31,9 +31,9 @@
 //! Choices where the issue is silent: partitions revoked from this member keep their events in
 //! this member's windows until they age out (training data is not thrown away by a
 //! rebalance), but their offsets are no longer committed here.
-//! This room is split by concern: [`produce`] (the producer thread and the engine's Kafka
-//! outputs), [`group`] (group membership, restores and commits), [`models`] (the models topic
-//! of trainers and scorers) and [`trainer`] (the training thread); this file holds the loop.
+//! This room is split by concern: `produce` (the producer thread and the engine's Kafka
+//! outputs), `group` (group membership, restores and commits), `models` (the models topic of
+//! trainers and scorers) and `trainer` (the training thread); this file holds the loop.
 
 mod group;
 mod models;
@@ -164,7 +164,7 @@ pub struct KafkaClients {
 }
 
 /// Creates the consumer (subscribed to the input topics its role reads), the producer (on its
-/// thread, [`Producing`]; [`run`] stops it at the end), the models-topic link of a trainer or scorer, and the [`KafkaOutputs`] to build the engine
+/// thread, `Producing`; [`run`] stops it at the end), the models-topic link of a trainer or scorer, and the [`KafkaOutputs`] to build the engine
 /// with. Topics must exist (see [`crate::stream::kafka::ensure_topics`]).
 ///
 /// Groups: `both` and `scorer` members share `group_id` (a scorer reads only `unlabeled`); a
