@@ -10,8 +10,9 @@
 //!   SVM baseline ([`learn::linsvm`]), false-positive thresholds on score arrays
 //!   ([`learn::threshold`]), which rows train and which calibrate ([`learn::calibrate`]),
 //!   hyper-parameter choice by cross-validation ([`learn::tune`]), evaluation metrics
-//!   ([`learn::metrics`]), the model type, the [`learn::Scorer`] trait and the model file
-//!   layout ([`learn::model`]), and the one learner spec that every front end maps its
+//!   ([`learn::metrics`]), bounds on the positive share of unlabeled data ([`learn::prior`]),
+//!   the model type, the [`learn::Scorer`] trait and the model file layout ([`learn::model`]),
+//!   and the one learner spec that every front end maps its
 //!   settings into ([`learn::spec`]).
 //! - [`data`]: samples and their files: dense and sparse rows behind one access type
 //!   ([`data::rows`]), CSV and LIBSVM readers ([`mod@data::read`]), feature scaling
