@@ -69,6 +69,7 @@ fn main() -> ExitCode {
         Command::Train(a) => cli::train(a, &cancel),
         Command::Score(a) => cli::score(a),
         Command::Eval(a) => cli::eval(a, &cancel),
+        Command::Prior(a) => cli::prior::prior(a, &cancel),
         Command::Model {
             command: ModelCommand::Inspect { model },
         } => cli::inspect(model),

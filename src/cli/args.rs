@@ -33,6 +33,8 @@ pub enum Command {
     Score(ScoreArgs),
     /// Evaluate an algorithm on a labelled data file over repeated PU splits.
     Eval(EvalArgs),
+    /// Bound the positive share of a file's unlabeled rows from held-out scores.
+    Prior(PriorArgs),
     /// Model file tools.
     Model {
         #[command(subcommand)]
@@ -479,6 +481,43 @@ pub struct TrainArgs {
     /// No progress bar, warnings only.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// `neyman prior`: see `cli/prior.rs`.
+#[derive(Debug, Clone, Args)]
+pub struct PriorArgs {
+    /// The scorer whose held-out scores bound the prior: tfpl ranks the positives against the
+    /// unlabeled rows at --rank-tau; usmo needs its own --prior guess and --lambda.
+    #[arg(long, value_enum, default_value = "tfpl")]
+    pub algo: AlgorithmName,
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// For fully labelled files: label this fraction of the positives, make the rest unlabeled
+    /// (the report then also gives the true share, prior_true).
+    #[arg(long)]
+    pub pu_labeled_fraction: Option<f64>,
+    /// Seed of --pu-labeled-fraction and of the held-out split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// tfpl: the τ it ranks at (k = ⌊τn⌋+1 of the unlabeled rows).
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0.5)]
+    pub rank_tau: f64,
+    /// δ: the probability that [prior_lower_bound, prior_upper_bound] misses π (half per end).
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0.05)]
+    pub delta: f64,
+    /// The lower end's assumption: the top ANCHOR share of the positives' scores holds no
+    /// negatives. Where negatives reach that high, the lower end can exceed π (the upper end
+    /// needs no assumption).
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0.2)]
+    pub anchor: f64,
+    /// Share of the positives and of the unlabeled rows held out to bound π; the rest train
+    /// the scorer.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0.5)]
+    pub calibration_fraction: f64,
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
 }
 
 #[derive(Debug, Clone, Args)]

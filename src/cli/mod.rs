@@ -6,9 +6,10 @@
 //! Here: `train`, `score`, `model inspect`, `config check` and the dispatch of `eval`. The
 //! others have a file each: [`args`] (the clap definitions and the flags' help), [`daemon`]
 //! (`run`, `replay`), [`kafka`] (`record`, `replay --to-kafka`), [`stream`] (`stream make`),
-//! [`mod@bench`] and [`bench_kafka`] (`bench ...`), `eval` (the PU evaluation), `np_eval` (the
+//! [`bench`](mod@bench) and [`bench_kafka`] (`bench ...`), `eval` (the PU evaluation), `np_eval` (the
 //! Neyman–Pearson protocol) with `np_cells` (its plan and per-split cells) and `baselines`
-//! (the linear-SVM baselines it compares against), and [`plot`] (ROC plots).
+//! (the linear-SVM baselines it compares against), [`plot`] (ROC plots) and [`prior`] (bounds
+//! on the positive share of a file's unlabeled rows).
 
 pub mod args;
 mod baselines;
@@ -20,6 +21,7 @@ pub mod kafka;
 mod np_cells;
 mod np_eval;
 pub mod plot;
+pub mod prior;
 pub mod stream;
 
 use std::io::{IsTerminal, Write};
