@@ -34,7 +34,8 @@
 //! - `--threshold`: tfpl uses `oob` with `--oob-rule npscore` (the paper's protocol: R by (3),
 //!   the threshold minimising the NP-score out of bootstrap). usmo never sees negatives, so it
 //!   defaults to `pu-umbrella` (which needs `--prior-min/--prior-max`), as does tfpl with
-//!   `--pu-labeled-fraction`. tfpl on PU data with `oob` or `umbrella` counts the unlabeled
+//!   `--pu-labeled-fraction`. usmo's π then defaults to the interval's middle
+//!   (`prior_used` in the report). tfpl on PU data with `oob` or `umbrella` counts the unlabeled
 //!   training rows as negatives (biased: unlabeled positives act as negatives).
 //! - usmo with `umbrella`: `--calibration-fraction` of the true training negatives keep their
 //!   label −1 (USMO never trains on negatives, so they stay unseen) and calibrate; the other
@@ -744,7 +745,10 @@ fn plot(path: &Path, plan: &Plan, splits: &[SplitOutcome]) -> Result<(), CliErro
 fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
     let primary = &summaries[0];
     // usmo's π as trained (tfpl takes no prior).
-    let prior_used = args.model.prior.filter(|_| args.algo == AlgorithmName::Usmo);
+    let prior_used = args
+        .model
+        .prior
+        .filter(|_| args.algo == AlgorithmName::Usmo);
     match args.report {
         Some(ReportFormat::Json) => {
             let results: Vec<Value> = summaries.iter().map(Summary::json).collect();
