@@ -275,6 +275,7 @@ fn table_rows_match_the_json_report() {
 #[test]
 fn usage_errors_exit_2_with_a_reason() {
     let base = ["eval", "--data", HEART, "--repeats", "1"];
+    let usmo_at_tau = ["--algo=usmo", "--tau=0.1", "--pu-labeled-fraction=0.3"];
     for (extra, fragment) in [
         (vec!["--algo", "tfpl"], "needs --tau"),
         (
@@ -361,20 +362,11 @@ fn usage_errors_exit_2_with_a_reason() {
         ),
         // π defaults to the interval's middle only where the interval is used (pu-umbrella).
         (
-            vec![
-                "--algo",
-                "usmo",
-                "--tau",
-                "0.1",
-                "--pu-labeled-fraction",
-                "0.3",
-                "--threshold",
-                "umbrella",
-                "--prior-min",
-                "0.3",
-                "--prior-max",
-                "0.4",
-            ],
+            [
+                &usmo_at_tau[..],
+                &["--threshold=umbrella", "--prior-min=0.3"],
+            ]
+            .concat(),
             "--algo usmo needs --prior",
         ),
     ] {
@@ -475,27 +467,26 @@ fn an_umbrella_tau_without_enough_negatives_is_a_refusal_for_tfpl() {
     assert_eq!(report["prior_used"], Value::Null);
 }
 
+/// usmo on breast-cancer with half the training positives labelled.
+const USMO_BREAST: [&str; 6] = [
+    "--algo",
+    "usmo",
+    "--data",
+    BREAST,
+    "--pu-labeled-fraction",
+    "0.5",
+];
+
 #[test]
 fn an_umbrella_tau_without_enough_negatives_is_a_refusal_for_usmo() {
-    let args = [
-        "--algo",
-        "usmo",
-        "--data",
-        BREAST,
-        "--pu-labeled-fraction",
-        "0.5",
-        "--threshold",
-        "umbrella",
-        "--prior",
-        "0.35",
-        "--lambda",
-        "0.01",
-        "--repeats",
-        "3",
-        "--seed",
-        "1",
+    let rest = [
+        "--threshold=umbrella",
+        "--prior=0.35",
+        "--lambda=0.01",
+        "--repeats=3",
+        "--seed=1",
     ];
-    check_umbrella_refuses_only_the_small_tau("usmo", &args, 0.7);
+    check_umbrella_refuses_only_the_small_tau("usmo", &[&USMO_BREAST[..], &rest].concat(), 0.7);
 }
 
 /// usmo with pu-umbrella takes π from the middle of the prior interval when `--prior` is
@@ -503,41 +494,24 @@ fn an_umbrella_tau_without_enough_negatives_is_a_refusal_for_usmo() {
 /// and `prior_used` says which π it was. A lone end is a point interval.
 #[test]
 fn usmo_pu_umbrella_takes_the_prior_from_the_interval() {
-    let base = [
-        "--algo",
-        "usmo",
-        "--data",
-        BREAST,
-        "--pu-labeled-fraction",
-        "0.5",
-        "--tau",
-        "0.1",
-        "--prior-min",
-        "0.3",
-        "--prior-max",
-        "0.4",
-        "--repeats",
-        "2",
-        "--seed",
-        "2",
+    let with = |rest: &[&str]| eval_json(&[&USMO_BREAST[..], &["--tau=0.1"], rest].concat());
+    let interval = [
+        "--prior-min=0.3",
+        "--prior-max=0.4",
+        "--repeats=2",
+        "--seed=2",
     ];
-    let defaulted = eval_json(&base);
+    let defaulted = with(&interval);
     assert!((num(&defaulted, "prior_used") - 0.35).abs() < 1e-12);
     let r = row(&defaulted, 0.1, "usmo");
     assert_eq!(r["threshold_method"], "pu-umbrella");
-    let explicit = eval_json(&[&base[..], &["--prior", "0.35"]].concat());
+    let explicit = with(&[&interval[..], &["--prior=0.35"]].concat());
     assert_eq!(num(&explicit, "prior_used"), 0.35);
     assert_eq!(explicit["results"], defaulted["results"]);
     // A given --prior wins over the interval.
-    let given = eval_json(&[&base[..], &["--prior", "0.32", "--lambda", "0.01"]].concat());
+    let given = with(&[&interval[..], &["--prior=0.32", "--lambda=0.01"]].concat());
     assert_eq!(num(&given, "prior_used"), 0.32);
-    let lone = eval_json(
-        &[
-            &base[..8],
-            &["--prior-max", "0.37", "--lambda", "0.01", "--repeats", "1"],
-        ]
-        .concat(),
-    );
+    let lone = with(&["--prior-max=0.37", "--lambda=0.01", "--repeats=1"]);
     assert_eq!(num(&lone, "prior_used"), 0.37);
 }
 
