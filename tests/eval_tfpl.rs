@@ -1,6 +1,7 @@
 //! End-to-end tests of `neyman eval --tau`: the Neyman–Pearson protocol of the τ-FPL paper
 //! (Zhang et al., AAAI 2018, Table 3) — report schema, one row per τ and method, the table
-//! layout, usage errors, and the paper's τ-FPL cells on heart, breast-cancer and spambase.
+//! layout, usage errors, refusals of uncertifiable τ (tfpl and usmo), usmo's π from the prior
+//! interval, and the paper's τ-FPL cells on heart, breast-cancer and spambase.
 //!
 //! Paper cells are compared through `np_score_of_means`, max(mean FPR, τ)/τ − mean TPR: every
 //! τ-FPL, CS-SVM-OOB and BS-SVM cell of Table 3 equals that value of its own printed
@@ -274,6 +275,7 @@ fn table_rows_match_the_json_report() {
 #[test]
 fn usage_errors_exit_2_with_a_reason() {
     let base = ["eval", "--data", HEART, "--repeats", "1"];
+    let usmo_at_tau = ["--algo=usmo", "--tau=0.1", "--pu-labeled-fraction=0.3"];
     for (extra, fragment) in [
         (vec!["--algo", "tfpl"], "needs --tau"),
         (
@@ -358,6 +360,15 @@ fn usage_errors_exit_2_with_a_reason() {
             vec!["--algo", "tfpl", "--tau", "0.1", "--delta", "1"],
             "--delta must be in (0, 1)",
         ),
+        // π defaults to the interval's middle only where the interval is used (pu-umbrella).
+        (
+            [
+                &usmo_at_tau[..],
+                &["--threshold=umbrella", "--prior-min=0.3"],
+            ]
+            .concat(),
+            "--algo usmo needs --prior",
+        ),
     ] {
         let mut args = base.to_vec();
         args.extend_from_slice(&extra);
@@ -400,6 +411,108 @@ fn an_uncertifiable_split_is_a_refusal_not_an_error() {
     assert_eq!(num(&r, "refused_share"), 1.0);
     assert_eq!((num(&r, "fpr_mean"), num(&r, "tpr_mean")), (0.0, 0.0));
     assert_eq!(num(&r, "np_score_mean"), 1.0);
+}
+
+/// The umbrella needs ⌈ln δ / ln(1 − τ)⌉ held-out negatives: 299 at τ = 1 %, δ = 5 %, 59 at
+/// 5 %. breast-cancer's training part holds out 148 of its 296 negatives, so τ = 1 % is refused
+/// on every split (nothing flagged, counted) while τ = 5 % is certified as if run alone; the run
+/// used to abort on the first τ. `expected_tpr` is a floor well under the rates seen (tfpl .95,
+/// usmo .92 over these splits).
+fn check_umbrella_refuses_only_the_small_tau(method: &str, args: &[&str], expected_tpr: f64) {
+    let both = [args, &["--tau", "0.01,0.05"]].concat();
+    let report = eval_json(&both);
+    let refused = row(&report, 0.01, method);
+    assert_eq!(refused["threshold_method"], "umbrella");
+    assert_eq!(num(&refused, "refused_share"), 1.0);
+    assert_eq!(
+        (num(&refused, "fpr_mean"), num(&refused, "tpr_mean")),
+        (0.0, 0.0)
+    );
+    assert_eq!(num(&refused, "np_score_mean"), 1.0);
+    assert_eq!(refused["fpr_bound_mean"], Value::Null);
+
+    let certified = row(&report, 0.05, method);
+    assert_eq!(certified["threshold_method"], "umbrella");
+    assert_eq!(num(&certified, "refused_share"), 0.0);
+    let bound = num(&certified, "fpr_bound_mean");
+    assert!(bound > 0.04 && bound <= 0.05, "certified level {bound}");
+    assert!(num(&certified, "fpr_mean") < 0.05, "{certified:?}");
+    assert!(num(&certified, "tpr_mean") > expected_tpr, "{certified:?}");
+    // The refused τ leaves the other one untouched: the same cells as a run of τ = 5 % alone.
+    let alone = eval_json(&[args, &["--tau", "0.05"]].concat());
+    assert_eq!(row(&alone, 0.05, method), certified);
+}
+
+#[test]
+fn an_umbrella_tau_without_enough_negatives_is_a_refusal_for_tfpl() {
+    let args = [
+        "--algo",
+        "tfpl",
+        "--data",
+        BREAST,
+        "--threshold",
+        "umbrella",
+        "--reg",
+        "0.1",
+        "--repeats",
+        "3",
+        "--seed",
+        "1",
+    ];
+    check_umbrella_refuses_only_the_small_tau("tfpl", &args, 0.8);
+    // The baselines certify nothing, so they never refuse; tfpl takes no prior.
+    let report = eval_json(&[&args[..], &["--tau", "0.01", "--compare", "bs-svm"]].concat());
+    assert_eq!(num(&row(&report, 0.01, "tfpl"), "refused_share"), 1.0);
+    assert_eq!(num(&row(&report, 0.01, "bs-svm"), "refused_share"), 0.0);
+    assert_eq!(report["prior_used"], Value::Null);
+}
+
+/// usmo on breast-cancer with half the training positives labelled.
+const USMO_BREAST: [&str; 6] = [
+    "--algo",
+    "usmo",
+    "--data",
+    BREAST,
+    "--pu-labeled-fraction",
+    "0.5",
+];
+
+#[test]
+fn an_umbrella_tau_without_enough_negatives_is_a_refusal_for_usmo() {
+    let rest = [
+        "--threshold=umbrella",
+        "--prior=0.35",
+        "--lambda=0.01",
+        "--repeats=3",
+        "--seed=1",
+    ];
+    check_umbrella_refuses_only_the_small_tau("usmo", &[&USMO_BREAST[..], &rest].concat(), 0.7);
+}
+
+/// usmo with pu-umbrella takes π from the middle of the prior interval when `--prior` is
+/// absent (λ by CV, which uses π too): the same report as with `--prior` set to that middle,
+/// and `prior_used` says which π it was. A lone end is a point interval.
+#[test]
+fn usmo_pu_umbrella_takes_the_prior_from_the_interval() {
+    let with = |rest: &[&str]| eval_json(&[&USMO_BREAST[..], &["--tau=0.1"], rest].concat());
+    let interval = [
+        "--prior-min=0.3",
+        "--prior-max=0.4",
+        "--repeats=2",
+        "--seed=2",
+    ];
+    let defaulted = with(&interval);
+    assert!((num(&defaulted, "prior_used") - 0.35).abs() < 1e-12);
+    let r = row(&defaulted, 0.1, "usmo");
+    assert_eq!(r["threshold_method"], "pu-umbrella");
+    let explicit = with(&[&interval[..], &["--prior=0.35"]].concat());
+    assert_eq!(num(&explicit, "prior_used"), 0.35);
+    assert_eq!(explicit["results"], defaulted["results"]);
+    // A given --prior wins over the interval.
+    let given = with(&[&interval[..], &["--prior=0.32", "--lambda=0.01"]].concat());
+    assert_eq!(num(&given, "prior_used"), 0.32);
+    let lone = with(&["--prior-max=0.37", "--lambda=0.01", "--repeats=1"]);
+    assert_eq!(num(&lone, "prior_used"), 0.37);
 }
 
 /// Table 3, heart (120/150, d = 13), τ-FPL with the paper's protocol: 30 stratified hold-outs,

@@ -368,7 +368,9 @@ pub struct DataArgs {
 /// The model's hyper-parameters.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
-    /// π: the class prior of the positives, in (0, 1).
+    /// π: the class prior of the positives, in (0, 1); usmo needs it. In `eval --tau` with the
+    /// pu-umbrella threshold (usmo's default there) it defaults to the middle of
+    /// --prior-min/--prior-max.
     #[arg(allow_negative_numbers = true, long)]
     pub prior: Option<f64>,
     /// λ: the regularisation weight (eval picks it by cross-validation when absent).

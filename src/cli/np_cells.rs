@@ -89,7 +89,7 @@ pub struct Cell {
     /// would reach with this scorer, separating ranking quality from threshold choice.
     pub oracle_np_score: f64,
     pub converged: bool,
-    /// The umbrella method could not certify any threshold on this split: the classifier
+    /// The umbrella or pu-umbrella method could not certify τ on this split: the classifier
     /// flags nothing (FPR 0, TPR 0), as a deployment that refuses would.
     pub refused: bool,
 }

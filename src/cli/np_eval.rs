@@ -34,14 +34,19 @@
 //! - `--threshold`: tfpl uses `oob` with `--oob-rule npscore` (the paper's protocol: R by (3),
 //!   the threshold minimising the NP-score out of bootstrap). usmo never sees negatives, so it
 //!   defaults to `pu-umbrella` (which needs `--prior-min/--prior-max`), as does tfpl with
-//!   `--pu-labeled-fraction`. tfpl on PU data with `oob` or `umbrella` counts the unlabeled
+//!   `--pu-labeled-fraction`. usmo's π then defaults to the interval's middle
+//!   (`prior_used` in the report). tfpl on PU data with `oob` or `umbrella` counts the unlabeled
 //!   training rows as negatives (biased: unlabeled positives act as negatives).
 //! - usmo with `umbrella`: `--calibration-fraction` of the true training negatives keep their
 //!   label −1 (USMO never trains on negatives, so they stay unseen) and calibrate; the other
 //!   negatives are unlabeled with the unlabeled positives.
-//! - A split whose umbrella threshold cannot be certified (`pu-umbrella` on little data) is a
-//!   refusal, not an error: that split's classifier flags nothing (FPR 0, TPR 0, as a
-//!   deployment that refuses would) and `refused_share` counts it.
+//! - A split where τ cannot be certified is a refusal, not an error, for every method that
+//!   certifies: `pu-umbrella` without a certified candidate, and `umbrella` with fewer held-out
+//!   negatives than ⌈ln δ / ln(1 − τ)⌉ (299 at τ = 1 %, δ = 5 %), so one small τ does not abort
+//!   the other τ of the run. That split's classifier flags nothing (FPR 0, TPR 0, as a
+//!   deployment that refuses would) and `refused_share` counts it. The baselines certify
+//!   nothing (bs-svm and cs-svm-oob pick empirical thresholds), so they never refuse. Other
+//!   failures (no negatives for `umbrella`, solver errors, bad flags) stay errors.
 //! - The top-level `accuracy`/`f1`/`auc` fields summarise `--algo` at the first τ (the existing
 //!   schema has one of each); every result row carries its own.
 //! - Besides the per-split mean NP-score, each row reports `np_score_of_means` (the score of
@@ -52,6 +57,7 @@
 //!   honest curve; pooling splits would mix differently scaled scorers) and the strip of every
 //!   split's test FPR.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
@@ -122,17 +128,22 @@ fn threshold_name(method: ThresholdMethod) -> &'static str {
     }
 }
 
-/// Whether a calibration failed because no threshold could be certified (a property of the
-/// split's data, not a configuration mistake).
+/// Whether a calibration failed because τ cannot be certified on this split's data, not
+/// because of a configuration mistake: `pu-umbrella` found no certified candidate, or
+/// `umbrella` has fewer held-out negatives than ⌈ln δ / ln(1 − τ)⌉ (299 at τ = 1 %, δ = 5 %).
+/// Every other failure (no negatives at all, solver errors) stays an error.
 fn is_refusal(e: &CalibrateError) -> bool {
     matches!(
         e,
-        CalibrateError::Threshold(ThresholdError::NotCertified { .. })
+        CalibrateError::Threshold(
+            ThresholdError::NotCertified { .. } | ThresholdError::TooFewNegatives { .. }
+        )
     )
 }
 
-/// The cell of a split whose threshold was refused: nothing flagged.
-fn refusal(test: &TestPart, hyper: f64, method: ThresholdMethod) -> Cell {
+/// The cell of a split whose threshold was refused (`reason`): nothing flagged.
+fn refusal(test: &TestPart, hyper: f64, method: ThresholdMethod, reason: &CalibrateError) -> Cell {
+    tracing::debug!(%reason, method = threshold_name(method), "threshold refused");
     let n_negatives = test.truth.iter().filter(|&&t| !t).count();
     Cell {
         fpr: 0.0,
@@ -206,7 +217,7 @@ fn tfpl_cells(
         let (fit, threshold) =
             match algorithm.fit_with_threshold(warm.as_ref(), &spec, &data, cancel) {
                 Err(e) if is_refusal(&e) => {
-                    cells.push(refusal(test, reg, spec.method_for(&data)));
+                    cells.push(refusal(test, reg, spec.method_for(&data), &e));
                     continue;
                 }
                 other => other?,
@@ -262,7 +273,7 @@ fn usmo_cells(
         let spec = plan.spec(tau, seed);
         let (fit, threshold) = match algorithm.fit_with_threshold(None, &spec, &data, cancel) {
             Err(e) if is_refusal(&e) => {
-                cells.push(refusal(test, lambda, spec.method_for(&data)));
+                cells.push(refusal(test, lambda, spec.method_for(&data), &e));
                 continue;
             }
             other => other?,
@@ -364,6 +375,37 @@ fn run_split(
     })
 }
 
+/// The threshold method of `--algo`: `--threshold`, else `oob` for tfpl on labelled data and
+/// `pu-umbrella` otherwise.
+fn threshold_of(args: &EvalArgs) -> ThresholdMethod {
+    match (args.algo, args.threshold.threshold) {
+        (_, Some(explicit)) => explicit.into(),
+        (AlgorithmName::Tfpl, None) if args.pu_labeled_fraction.is_none() => ThresholdMethod::Oob,
+        _ => ThresholdMethod::PuUmbrella,
+    }
+}
+
+/// The flags with usmo's π filled in when `--prior` is absent and the threshold is
+/// `pu-umbrella`: the middle of `--prior-min/--prior-max` (a lone end is a point interval, as
+/// for the threshold). The interval already states what the data's π may be, so asking for a
+/// second number inside it would only invite a contradiction.
+fn with_default_prior(args: &EvalArgs) -> Cow<'_, EvalArgs> {
+    let t = &args.threshold;
+    let interval = t.prior_min.or(t.prior_max).zip(t.prior_max.or(t.prior_min));
+    match interval {
+        Some((lo, hi))
+            if args.algo == AlgorithmName::Usmo
+                && args.model.prior.is_none()
+                && threshold_of(args) == ThresholdMethod::PuUmbrella =>
+        {
+            let mut filled = args.clone();
+            filled.model.prior = Some(0.5 * (lo + hi));
+            Cow::Owned(filled)
+        }
+        _ => Cow::Borrowed(args),
+    }
+}
+
 /// Validated flags of the τ protocol.
 fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
     let usage = |m: String| Err(CliError::Usage(m));
@@ -419,11 +461,7 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
     if folds < 2 {
         return usage(format!("--cv must be at least 2, got {folds}"));
     }
-    let threshold = match (args.algo, t.threshold) {
-        (_, Some(explicit)) => explicit.into(),
-        (AlgorithmName::Tfpl, None) if args.pu_labeled_fraction.is_none() => ThresholdMethod::Oob,
-        _ => ThresholdMethod::PuUmbrella,
-    };
+    let threshold = threshold_of(args);
     if args.algo == AlgorithmName::Usmo && t.threshold == Some(ThresholdName::Oob) {
         return usage("--threshold oob needs --algo tfpl (usmo never trains on negatives)".into());
     }
@@ -594,6 +632,8 @@ fn median(values: &[f64]) -> f64 {
 
 /// `neyman eval --tau ...`
 pub(super) fn np_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
+    let filled = with_default_prior(args);
+    let args: &EvalArgs = &filled;
     let plan = plan(args)?;
     let data = read_data(&args.data)?;
     if data.count(Label::Unlabeled) > 0 {
@@ -701,8 +741,14 @@ fn plot(path: &Path, plan: &Plan, splits: &[SplitOutcome]) -> Result<(), CliErro
     Ok(())
 }
 
+/// `args` has usmo's π filled in ([`with_default_prior`]).
 fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
     let primary = &summaries[0];
+    // usmo's π as trained (tfpl takes no prior).
+    let prior_used = args
+        .model
+        .prior
+        .filter(|_| args.algo == AlgorithmName::Usmo);
     match args.report {
         Some(ReportFormat::Json) => {
             let results: Vec<Value> = summaries.iter().map(Summary::json).collect();
@@ -724,6 +770,7 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
                     "test_fraction": args.test_fraction,
                     "cv_folds": plan.folds,
                     "seed": args.seed,
+                    "prior_used": prior_used,
                 })
             );
         }
@@ -733,6 +780,10 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
                 (AlgorithmName::Tfpl, None, _) => format!("R by {}-fold CV", plan.folds),
                 (AlgorithmName::Usmo, _, Some(lambda)) => format!("λ = {lambda}"),
                 (AlgorithmName::Usmo, _, None) => "λ by 3-fold PU-risk CV".into(),
+            };
+            let selection = match prior_used {
+                Some(prior) => format!("{selection}, π = {prior}"),
+                None => selection,
             };
             println!(
                 "{} on {} ({} rows): holdout, {} splits, test fraction {}, {selection}{}",
