@@ -60,7 +60,7 @@ impl EventOutcome {
 pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
 
 /// Every metric family name, for the promtool test and the dashboard check.
-pub const FAMILIES: [&str; 34] = [
+pub const FAMILIES: [&str; 35] = [
     "neyman_events_total",
     "neyman_dlq_events_total",
     "neyman_window_events",
@@ -86,6 +86,7 @@ pub const FAMILIES: [&str; 34] = [
     "neyman_scoring_latency_seconds",
     "neyman_http_requests_total",
     "neyman_unscored_buffer_events",
+    "neyman_unscored_events_total",
     "neyman_model_rollbacks_total",
     "neyman_kafka_consumer_lag_messages",
     "neyman_kafka_rebalances_total",
@@ -155,6 +156,9 @@ pub struct Metrics {
     pub http_requests: IntCounterVec,
     /// Unlabeled events held until the first model exists.
     pub unscored_buffer: IntGauge,
+    /// Unlabeled events emitted without a score, by reason (the engine creates its reasons at
+    /// zero: they are the JSON `reason` values it writes).
+    pub unscored_events: IntCounterVec,
     /// Rollbacks through the admin API.
     pub rollbacks: IntCounter,
     /// Consumer lag per assigned input partition (librdkafka statistics: high watermark minus
@@ -420,6 +424,16 @@ impl Metrics {
                     "Unlabeled events held until the first model exists.",
                 )?,
             )?,
+            unscored_events: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "neyman_unscored_events_total",
+                        "Unlabeled events emitted without a score, by reason.",
+                    ),
+                    &["reason"],
+                )?,
+            )?,
             rollbacks: register(
                 r,
                 IntCounter::new(
@@ -552,6 +566,9 @@ mod tests {
         m.dlq.with_label_values(&["invalid_json"]).inc();
         m.retrain_duration.with_label_values(&["usmo"]).observe(0.2);
         m.retrain_rejections.with_label_values(&["fpr_bound"]).inc();
+        m.unscored_events
+            .with_label_values(&["no_accepted_model"])
+            .inc();
         m.http_requests
             .with_label_values(&["/v1/score", "200"])
             .inc();

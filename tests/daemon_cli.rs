@@ -1,11 +1,19 @@
 //! End-to-end tests of `neyman replay` on the bundled stream with bad events mixed in:
 //! byte-identical output across runs, no event lost (scores + DLQ = inputs), every DLQ reason,
-//! and restart recovery when the newest stored model is corrupt.
+//! and restart recovery when the newest stored model is corrupt; and on a PU stream whose
+//! retrains are all refused, every unlabeled event answered unscored within
+//! `scoring.max_wait`.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
+use common::broker::free_port;
+use common::http::{http, sample};
+use common::streams::pu_stream;
 use neyman::stream::record::{Record, RecordReader, RecordWriter};
 use neyman::stream::Channel;
 use serde_json::Value;
@@ -297,4 +305,203 @@ fn bench_scoring_and_inspect_read_a_daemon_model() {
     let meta: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(meta["algorithm"], "usmo");
     assert_eq!(meta["n_features"], 57);
+}
+
+/// `scoring.max_wait` of the refused-PU tests, in event-time milliseconds.
+const MAX_WAIT_MS: i64 = 100;
+
+/// A PU configuration no retrain can certify: τ = 0.1 % needs thousands of held-out
+/// unlabeled events (even a threshold that flags none of them has a one-sided upper bound
+/// near ln(1/δ)/n on its flag rate), and the stream has about 1 100.
+fn refused_pu_config(dir: &Path, port: u16) -> PathBuf {
+    let path = dir.join("neyman.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[source]
+path = "stream.jsonl"
+[output]
+scores = "scores.jsonl"
+dlq = "dlq.jsonl"
+[state]
+dir = "state"
+[retrain]
+every_events = 300
+[scoring]
+max_wait = "{MAX_WAIT_MS}ms"
+[http]
+listen = "127.0.0.1:{port}"
+[model]
+algorithm = "tfpl"
+kernel = "linear"
+prior = 0.38
+prior_min = 0.33
+prior_max = 0.43
+tau = 0.001
+seed = 1
+"#
+        ),
+    )
+    .expect("write config");
+    path
+}
+
+/// The issue's PU stream: 150 positives, then 1 100 unlabeled events 1 ms apart (1 250
+/// records), with two messages for the DLQ among the unlabeled ones.
+fn refused_pu_stream() -> Vec<Record> {
+    let mut records = pu_stream(10, 150, 1100, 0.38);
+    for at in [400, 900] {
+        let ts = records[at].ts;
+        records.insert(
+            at,
+            Record::new(Channel::Unlabeled, ts, None, b"{not json".to_vec()),
+        );
+    }
+    records
+}
+
+fn write_stream(path: &Path, records: &[Record]) {
+    let mut w = RecordWriter::create(path).expect("create");
+    for r in records {
+        w.write(r).expect("write");
+    }
+    w.finish().expect("finish");
+}
+
+/// Checks the outputs of a replay of `records` with [`refused_pu_config`]: one unscored output
+/// per valid unlabeled event, in arrival order; `no_accepted_model` exactly for the events
+/// whose `scoring.max_wait` had passed by the last event's time (so none waited longer, and
+/// none was given up early), `shutdown` for the rest. Returns the count per reason.
+fn check_unscored_outputs(dir: &Path, records: &[Record]) -> BTreeMap<String, usize> {
+    let scores = lines(&dir.join("scores.jsonl"));
+    let dlq = lines(&dir.join("dlq.jsonl"));
+    let unlabeled: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.channel == Channel::Unlabeled)
+        .collect();
+    // Scores + unscored + DLQ = unlabeled inputs.
+    assert_eq!(scores.len() + dlq.len(), unlabeled.len());
+    let valid: Vec<&&Record> = unlabeled.iter().filter(|r| r.key.is_some()).collect();
+    assert_eq!(dlq.len(), unlabeled.len() - valid.len());
+    let end = records.iter().map(|r| r.ts).max().expect("records");
+    let mut reasons = BTreeMap::new();
+    for (s, r) in scores.iter().zip(&valid) {
+        assert_eq!(s["id"].as_str(), r.key.as_deref(), "arrival order");
+        assert_eq!(s["status"], "unscored", "{s}");
+        assert!(s["score"].is_null() && s["model_version"].is_null(), "{s}");
+        let due = r.ts + MAX_WAIT_MS <= end;
+        let want = if due { "no_accepted_model" } else { "shutdown" };
+        assert_eq!(s["reason"], want, "{s} (stream ends at {end})");
+        *reasons.entry(want.to_string()).or_default() += 1;
+    }
+    reasons
+}
+
+#[test]
+fn a_pu_replay_whose_retrains_are_all_refused_answers_every_event_within_max_wait() {
+    let records = refused_pu_stream();
+
+    // Cut anywhere, a replay is the same run stopped there: at each cut, exactly the events
+    // whose max_wait had passed have been given up, the rest leave at the end of input.
+    for cut in [500, 800, 1100] {
+        let dir = tempfile::tempdir().expect("dir");
+        let prefix = &records[..cut];
+        let stream = dir.path().join("stream.jsonl");
+        write_stream(&stream, prefix);
+        refused_pu_config(dir.path(), 0);
+        let out = Command::new(BIN)
+            .arg("replay")
+            .arg(&stream)
+            .arg("--config")
+            .arg(dir.path().join("neyman.toml"))
+            .env("RUST_LOG", "neyman=info")
+            .output()
+            .expect("run neyman");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let reasons = check_unscored_outputs(dir.path(), prefix);
+        assert!(reasons["no_accepted_model"] > 0, "{cut}: {reasons:?}");
+    }
+
+    // The whole stream, with the counters read from /metrics before the daemon stops.
+    let dir = tempfile::tempdir().expect("dir");
+    let stream = dir.path().join("stream.jsonl");
+    write_stream(&stream, &records);
+    let port = free_port();
+    let config = refused_pu_config(dir.path(), port);
+    let log = dir.path().join("stderr.log");
+    let mut child = Command::new(BIN)
+        .arg("replay")
+        .arg(&stream)
+        .arg("--config")
+        .arg(&config)
+        .arg("--keep-serving")
+        .env("RUST_LOG", "neyman=info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start neyman replay");
+    let valid = records
+        .iter()
+        .filter(|r| r.channel == Channel::Unlabeled && r.key.is_some())
+        .count();
+    let unscored = |m: &str, reason: &str| {
+        sample(
+            m,
+            &format!("neyman_unscored_events_total{{reason=\"{reason}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    // Generous: a slow machine only waits longer.
+    let started = Instant::now();
+    let metrics = loop {
+        let m = http(port, "GET", "/metrics", "")
+            .map(|(_, body)| body)
+            .unwrap_or_default();
+        if unscored(&m, "no_accepted_model") + unscored(&m, "shutdown") >= valid as f64 {
+            break m;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the replay did not end:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success());
+    let status = child.wait().expect("exit");
+    let stderr = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let reasons = check_unscored_outputs(dir.path(), &records);
+    eprintln!("refused PU replay: {reasons:?}");
+    for reason in ["no_accepted_model", "shutdown"] {
+        assert_eq!(
+            unscored(&metrics, reason),
+            reasons[reason] as f64,
+            "{reason}"
+        );
+    }
+    assert_eq!(unscored(&metrics, "buffer_full"), 0.0);
+    assert_eq!(
+        sample(
+            &metrics,
+            "neyman_events_total{channel=\"unlabeled\",outcome=\"unscored\"}"
+        ),
+        Some(valid as f64)
+    );
+    // Every retrain ran and was refused: no model ever scored.
+    assert!(
+        sample(&metrics, "neyman_retrains_total{result=\"rejected\"}").unwrap_or(0.0) >= 3.0,
+        "{stderr}"
+    );
+    assert_eq!(
+        sample(&metrics, "neyman_retrains_total{result=\"swapped\"}"),
+        Some(0.0)
+    );
+    assert!(stderr.contains("no_threshold"), "{stderr}");
 }

@@ -1,6 +1,8 @@
 //! `neyman run --config config/kafka.toml` against a real broker (tansu, one per test):
 //! round trip with dead letters, drain at SIGTERM with a second instance finishing, kill -9
-//! and restart from the committed offsets, and a member joining and leaving mid-stream.
+//! and restart from the committed offsets, a member joining and leaving mid-stream, and a PU
+//! stream whose retrains are all refused answered unscored (after `scoring.max_wait` of wall
+//! clock, or at shutdown) with its offsets marked done.
 //! Needs `TANSU_BIN` (scripts/test.sh installs tansu and exports it).
 
 mod common;
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 use common::broker::{free_port, Broker};
 use common::daemon::{Daemon, BIN, CONFIG, DEADLINE};
 use common::http::{http, sample};
+use common::streams::pu_stream;
 use neyman::stream::{Channel, Record, RecordReader, RecordWriter};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -515,37 +518,123 @@ fn a_member_joining_and_leaving_mid_stream_loses_no_offset() {
     );
 }
 
-/// A positive-unlabeled stream of `dim`-dimensional events (no negatives): `positives`
-/// labelled positives, then `unlabeled` events of which a share `prior` are positives.
-/// Positives are shifted by +1 in the first 20 coordinates; the rest is uniform noise in
-/// [-1, 1] (xorshift, seeded), so support vectors do not compress.
-fn pu_stream(dim: usize, positives: usize, unlabeled: usize, prior: f64) -> Vec<Record> {
-    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let mut out = Vec::new();
-    for i in 0..positives + unlabeled {
-        let (channel, positive) = if i < positives {
-            (Channel::Positive, true)
-        } else {
-            (Channel::Unlabeled, uniform() < prior)
-        };
-        let x: Vec<String> = (0..dim)
-            .map(|j| {
-                let shift = if positive && j < 20 { 1.0 } else { 0.0 };
-                format!("{:.6}", 2.0 * uniform() - 1.0 + shift)
-            })
-            .collect();
-        let id = format!("e{i}");
-        let ts = 1_767_225_600_000 + i as i64;
-        let payload = format!("{{\"id\":\"{id}\",\"ts\":{ts},\"x\":[{}]}}", x.join(","));
-        out.push(Record::new(channel, ts, Some(id), payload.into_bytes()));
+/// The PU stream (1 250 events: 150 positives, then 1 100 unlabeled 1 ms apart) under
+/// `config/kafka.toml` with τ = 0.1 %, which no retrain on it can certify (see
+/// tests/daemon_cli.rs); retrains every 300 window events, so several are refused.
+fn refused_pu(broker: &Broker, dir: &Path, max_wait: &str) -> (Daemon, usize) {
+    let records = pu_stream(10, 150, 1100, 0.38);
+    publish(broker, dir, &records, &[]);
+    let daemon = Daemon::start(
+        broker,
+        &dir.join("state"),
+        &[
+            FAST[0],
+            FAST[1],
+            ("NEYMAN_MODEL_TAU", "0.001"),
+            ("NEYMAN_RETRAIN_EVERY_EVENTS", "300"),
+            ("NEYMAN_SCORING_MAX_WAIT", max_wait),
+        ],
+    );
+    (daemon, count(&records, Channel::Unlabeled))
+}
+
+/// Every unlabeled input answered once, unscored with `reason`; after the daemon stopped, the
+/// done mark is past the last unlabeled message: every output was acknowledged, so a restart
+/// would answer none again. The group's own offset stays at the windows' low watermark (they
+/// hold every event, which a restart re-reads to rebuild them), as for scored events.
+fn assert_answered_unscored(broker: &Broker, unlabeled: usize, reason: &str) {
+    let scores = read_topic(broker, "neyman.scores", unlabeled);
+    assert_eq!(scores.len(), unlabeled, "one output per unlabeled event");
+    let duplicates = assert_every_input_scored(&inputs(broker, unlabeled), &scores);
+    assert_eq!(duplicates, 0);
+    for s in &scores {
+        let body: Value = serde_json::from_slice(&s.payload).expect("score JSON");
+        assert_eq!(body["status"], "unscored", "{body}");
+        assert_eq!(body["reason"], reason, "{body}");
+        assert!(body["score"].is_null() && body["model_version"].is_null());
+        assert!(!s.headers.contains_key("model_version"));
     }
-    out
+    assert_eq!(
+        committed(broker, "neyman.done", "neyman.unlabeled", 1).get(&0),
+        Some(&(unlabeled as i64))
+    );
+    assert_eq!(
+        committed(broker, "neyman", "neyman.unlabeled", 1).get(&0),
+        Some(&0)
+    );
+}
+
+fn refused_retrains(metrics: &str) {
+    assert!(
+        sample(metrics, "neyman_retrains_total{result=\"rejected\"}").unwrap_or(0.0) >= 1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(metrics, "neyman_retrains_total{result=\"swapped\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            metrics,
+            "neyman_retrain_rejections_total{reason=\"no_threshold\"}"
+        ),
+        sample(metrics, "neyman_retrains_total{result=\"rejected\"}")
+    );
+}
+
+#[test]
+fn a_refused_pu_stream_is_answered_unscored_after_max_wait_of_wall_clock() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The stream spans 1.25 s of event time: only the wall clock can end a 3 s wait.
+    let (mut daemon, unlabeled) = refused_pu(&broker, dir.path(), "3s");
+    daemon.wait_for("every unlabeled event given up while running", |m| {
+        sample(
+            m,
+            "neyman_unscored_events_total{reason=\"no_accepted_model\"}",
+        ) == Some(unlabeled as f64)
+    });
+    daemon.wait_for("outputs acknowledged", |m| {
+        sample(m, "neyman_kafka_in_flight_messages") == Some(0.0)
+    });
+    let metrics = daemon.metrics();
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    refused_retrains(&metrics);
+    assert_eq!(
+        sample(
+            &metrics,
+            "neyman_unscored_events_total{reason=\"shutdown\"}"
+        ),
+        Some(0.0)
+    );
+    assert_eq!(sample(&metrics, "neyman_unscored_buffer_events"), Some(0.0));
+    assert_answered_unscored(&broker, unlabeled, "no_accepted_model");
+}
+
+#[test]
+fn a_refused_pu_stream_still_waiting_at_sigterm_is_answered_unscored() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut daemon, unlabeled) = refused_pu(&broker, dir.path(), "1h");
+    daemon.wait_for("every unlabeled event waiting and a retrain refused", |m| {
+        sample(m, "neyman_unscored_buffer_events") == Some(unlabeled as f64)
+            && sample(m, "neyman_retrains_total{result=\"rejected\"}").unwrap_or(0.0) >= 1.0
+    });
+    let metrics = daemon.metrics();
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    refused_retrains(&metrics);
+    // Nothing was answered before the shutdown, so nothing was marked done.
+    assert_eq!(
+        sample(
+            &metrics,
+            "neyman_events_total{channel=\"unlabeled\",outcome=\"unscored\"}"
+        ),
+        Some(0.0)
+    );
+    assert!(log.contains("\"unacknowledged\":0"), "{log}");
+    assert_answered_unscored(&broker, unlabeled, "shutdown");
 }
 
 #[test]

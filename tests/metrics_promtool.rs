@@ -16,6 +16,7 @@ fn the_exposition_passes_promtool_check_metrics() {
     m.dlq.with_label_values(&["dimension_mismatch"]).inc();
     m.retrain_duration.with_label_values(&["tfpl"]).observe(1.5);
     m.retrain_rejections.with_label_values(&["fpr_bound"]).inc();
+    m.unscored_events.with_label_values(&["shutdown"]).inc();
     m.http_requests
         .with_label_values(&["/metrics", "200"])
         .inc();

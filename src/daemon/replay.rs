@@ -71,7 +71,9 @@ pub fn open(path: &Path) -> Result<RecordReader, DaemonError> {
 }
 
 /// Feeds every record to the engine until the end of input or `stop`; then emits what still
-/// waits for a model as unscored and flushes the sinks. With a `speed`, sleeps between
+/// waits for a model as unscored (`shutdown`) and flushes the sinks. Waits for a first model
+/// are bounded by event time only (`scoring.max_wait`), even when paced, so a replay's
+/// outputs never depend on the machine's speed. With a `speed`, sleeps between
 /// records by their event-time gaps divided by it.
 pub fn run(
     mut engine: Engine,

@@ -21,6 +21,12 @@
 //! - The gate's NP-score comparison uses the held-out events newer than the active model's
 //!   training time; it is skipped (and says so in the log) when they hold no positive, or
 //!   neither a negative nor a prior to estimate the FPR from.
+//! - An unlabeled event waits for a first accepted model from the engine's clock when it
+//!   arrived (the newest event time seen, not its own `ts`, so a late event is not emitted the
+//!   moment it arrives). The waits are checked once a message has been handled, before a
+//!   retrain it triggers: an event whose `scoring.max_wait` has passed is emitted unscored
+//!   even if that retrain would have scored it. Wall-clock waits start at the first
+//!   [`Engine::tick`] after the arrival.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,7 +40,7 @@ use crate::config::{
 use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
-use crate::engine::scoring::{score_one, ScoreOutput};
+use crate::engine::scoring::{score_one, ScoreOutput, UnscoredReason};
 use crate::engine::store::{ModelStore, StoreError, StoredModel};
 use crate::engine::window::{in_calibration, Entry, InsertOutcome, Window, WindowConfig};
 use crate::learn::calibrate::CalibrateError;
@@ -97,6 +103,16 @@ pub enum RetrainOutcome {
     Cancelled,
 }
 
+/// An unlabeled event waiting for a first accepted model.
+struct Waiting {
+    event: Event,
+    origin: Option<Origin>,
+    /// The engine's event-time clock when it arrived.
+    arrived_ts: i64,
+    /// The first [`Engine::tick`] after it arrived (live sources); `None` before one.
+    seen_at: Option<Instant>,
+}
+
 /// The training state carried between retrains.
 struct Learner {
     scaler: Scaler,
@@ -151,7 +167,10 @@ pub struct Engine {
     windows: [Window; 3],
     limits: EventLimits,
     dim: Option<usize>,
-    pending: Vec<(Event, Option<Origin>)>,
+    /// Unlabeled events waiting for a first model, in arrival order.
+    pending: VecDeque<Waiting>,
+    /// `scoring.max_wait` in event-time milliseconds.
+    max_wait_ms: i64,
     new_window_events: u64,
     last_retrain_ts: Option<i64>,
     newest_ts: Option<i64>,
@@ -165,6 +184,8 @@ pub struct Engine {
     event_counters: Vec<prometheus::IntCounter>,
     /// `neyman_window_events` and `neyman_window_bytes` handles per channel.
     window_gauges: Vec<(prometheus::IntGauge, prometheus::IntGauge)>,
+    /// `neyman_unscored_events_total` handles, indexed like [`UnscoredReason::ALL`].
+    unscored_counters: Vec<prometheus::IntCounter>,
     outputs: Box<dyn Outputs>,
     cancel: Arc<AtomicBool>,
     /// Inline: a due retrain runs inside [`Engine::handle`] (replay). Deferred: the caller
@@ -236,6 +257,11 @@ impl Engine {
                 )
             })
             .collect();
+        let unscored_counters = UnscoredReason::ALL
+            .iter()
+            .map(|r| metrics.unscored_events.with_label_values(&[r.as_str()]))
+            .collect();
+        let max_wait_ms = i64::try_from(config.scoring.max_wait.0.as_millis()).unwrap_or(i64::MAX);
         let mut engine = Engine {
             config,
             metrics,
@@ -244,7 +270,8 @@ impl Engine {
             windows,
             limits,
             dim: None,
-            pending: Vec::new(),
+            pending: VecDeque::new(),
+            max_wait_ms,
             new_window_events: 0,
             last_retrain_ts: None,
             newest_ts: None,
@@ -254,6 +281,7 @@ impl Engine {
             untimed_scores: 0,
             event_counters,
             window_gauges,
+            unscored_counters,
             outputs,
             cancel,
             inline_retrain: true,
@@ -379,6 +407,7 @@ impl Engine {
             Channel::Negative => self.observe_feedback(&event),
             Channel::Unlabeled | Channel::Positive => {}
         }
+        self.expire_waiting(None)?;
         if !self.trains {
             return Ok(());
         }
@@ -436,8 +465,8 @@ impl Engine {
     /// (unlabeled events waiting for a first model).
     pub fn owed_outputs(&self, channel: Channel) -> BTreeMap<i32, i64> {
         let mut low = BTreeMap::new();
-        for (_, origin) in &self.pending {
-            if let Some(o) = origin.filter(|o| o.channel == channel) {
+        for w in &self.pending {
+            if let Some(o) = w.origin.filter(|o| o.channel == channel) {
                 let e = low.entry(o.partition).or_insert(o.offset);
                 *e = (*e).min(o.offset);
             }
@@ -471,20 +500,80 @@ impl Engine {
         Ok(self.outputs.score(output, origin)?)
     }
 
+    /// Emits `event` with `"status": "unscored"` and counts it.
+    fn emit_unscored(
+        &mut self,
+        event: &Event,
+        origin: Option<Origin>,
+        reason: UnscoredReason,
+    ) -> Result<(), EngineError> {
+        self.emit(ScoreOutput::unscored(event, reason), origin)?;
+        self.count(Channel::Unlabeled, EventOutcome::Unscored);
+        if let Some(c) = self.unscored_counters.get(reason as usize) {
+            c.inc();
+        }
+        Ok(())
+    }
+
+    /// Live sources: the wall clock, at least once per poll round. Events that arrived since
+    /// the last tick start their wall-clock wait now; those waiting `scoring.max_wait` since
+    /// their first tick (or by event time) are emitted unscored.
+    pub fn tick(&mut self, now: Instant) -> Result<(), EngineError> {
+        // Unstamped events are the newest: stamp from the back.
+        for w in self.pending.iter_mut().rev() {
+            if w.seen_at.is_some() {
+                break;
+            }
+            w.seen_at = Some(now);
+        }
+        self.expire_waiting(Some(now))
+    }
+
+    /// Emits the waiting events whose `scoring.max_wait` has passed by the event-time clock,
+    /// or by `now` on the wall clock, as unscored (`no_accepted_model`). Both waits grow
+    /// along the queue, so the expired events are a prefix of it.
+    fn expire_waiting(&mut self, now: Option<Instant>) -> Result<(), EngineError> {
+        let Some(clock) = self.newest_ts else {
+            return Ok(());
+        };
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let max_wait = self.config.scoring.max_wait.0;
+        while let Some(w) = self.pending.front() {
+            let by_event_time = clock.saturating_sub(w.arrived_ts) >= self.max_wait_ms;
+            let by_wall_clock = matches!(
+                (now, w.seen_at),
+                (Some(now), Some(seen)) if now.saturating_duration_since(seen) >= max_wait
+            );
+            if !(by_event_time || by_wall_clock) {
+                break;
+            }
+            if let Some(w) = self.pending.pop_front() {
+                self.emit_unscored(&w.event, w.origin, UnscoredReason::NoAcceptedModel)?;
+            }
+        }
+        self.metrics.unscored_buffer.set(self.pending.len() as i64);
+        Ok(())
+    }
+
     fn score_unlabeled(
         &mut self,
         event: &Event,
         origin: Option<Origin>,
     ) -> Result<(), EngineError> {
         let Some(model) = self.registry.active() else {
-            let outcome = if self.pending.len() < self.config.scoring.buffer_before_model {
-                self.pending.push((event.clone(), origin));
-                EventOutcome::Buffered
+            if self.pending.len() < self.config.scoring.buffer_before_model {
+                self.pending.push_back(Waiting {
+                    event: event.clone(),
+                    origin,
+                    arrived_ts: self.newest_ts.unwrap_or(event.ts),
+                    seen_at: None,
+                });
+                self.count(Channel::Unlabeled, EventOutcome::Buffered);
             } else {
-                self.emit(ScoreOutput::unscored(event), origin)?;
-                EventOutcome::Unscored
-            };
-            self.count(Channel::Unlabeled, outcome);
+                self.emit_unscored(event, origin, UnscoredReason::BufferFull)?;
+            }
             self.metrics.unscored_buffer.set(self.pending.len() as i64);
             return Ok(());
         };
@@ -510,8 +599,7 @@ impl Engine {
             // still, an event is never dropped silently.
             Err(e) => {
                 tracing::warn!(id = %event.id, error = %e, "scoring failed");
-                self.emit(ScoreOutput::unscored(event), origin)?;
-                self.count(Channel::Unlabeled, EventOutcome::Unscored);
+                self.emit_unscored(event, origin, UnscoredReason::ScoringFailed)?;
             }
         }
         Ok(())
@@ -877,8 +965,8 @@ impl Engine {
     fn flush_pending(&mut self) -> Result<(), EngineError> {
         let pending = std::mem::take(&mut self.pending);
         self.metrics.unscored_buffer.set(0);
-        for (event, origin) in &pending {
-            self.score_unlabeled(event, *origin)?;
+        for w in &pending {
+            self.score_unlabeled(&w.event, w.origin)?;
         }
         Ok(())
     }
@@ -1011,13 +1099,11 @@ impl Engine {
         })
     }
 
-    /// End of input: the events still waiting for a first model are emitted as unscored
-    /// (never dropped), then the sinks are flushed.
+    /// End of input (a replay's end, a shutdown): the events still waiting for a first model
+    /// are emitted as unscored (`shutdown`; never dropped), then the sinks are flushed.
     pub fn finish(&mut self) -> Result<(), EngineError> {
-        let pending = std::mem::take(&mut self.pending);
-        for (event, origin) in &pending {
-            self.emit(ScoreOutput::unscored(event), *origin)?;
-            self.count(Channel::Unlabeled, EventOutcome::Unscored);
+        while let Some(w) = self.pending.pop_front() {
+            self.emit_unscored(&w.event, w.origin, UnscoredReason::Shutdown)?;
         }
         self.metrics.unscored_buffer.set(0);
         self.flush()
@@ -1137,6 +1223,40 @@ mod tests {
     );
 
     fn engine(dir: &std::path::Path, extra: &str) -> (Engine, Arc<Registry>) {
+        engine_with(dir, extra, Box::new(Discard))
+    }
+
+    /// The outputs of an engine, shared with the test.
+    #[derive(Clone, Default)]
+    struct Recorded(Arc<std::sync::Mutex<Vec<ScoreOutput>>>);
+
+    impl Recorded {
+        /// The outputs since the last call.
+        fn take(&self) -> Vec<ScoreOutput> {
+            std::mem::take(&mut *self.0.lock().expect("lock"))
+        }
+    }
+
+    impl Outputs for Recorded {
+        fn score(&mut self, output: ScoreOutput, _: Option<Origin>) -> Result<(), OutputError> {
+            self.0.lock().expect("lock").push(output);
+            Ok(())
+        }
+
+        fn dead_letter(&mut self, _: &DlqRecord) -> Result<(), OutputError> {
+            Ok(())
+        }
+
+        fn flush(&mut self) -> Result<(), OutputError> {
+            Ok(())
+        }
+    }
+
+    fn engine_with(
+        dir: &std::path::Path,
+        extra: &str,
+        outputs: Box<dyn Outputs>,
+    ) -> (Engine, Arc<Registry>) {
         let text = format!(
             "[source]\npath = \"{STREAM}\"\n[state]\ndir = \"state\"\n[model]\nalgorithm = \"usmo\"\nprior = 0.38\nprior_min = 0.33\nprior_max = 0.43\ntau = 0.05\nseed = 1\n[retrain]\nmin_negative = 100\n{extra}"
         );
@@ -1153,7 +1273,7 @@ mod tests {
                 metrics,
                 registry: Arc::clone(&registry),
                 store,
-                outputs: Box::new(Discard),
+                outputs,
                 cancel: Arc::new(AtomicBool::new(false)),
             },
             false,
@@ -1293,5 +1413,177 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A three-feature event on `channel` at event time `ts`.
+    fn event(channel: Channel, id: &str, ts: i64) -> Record {
+        let payload = format!("{{\"id\":\"{id}\",\"ts\":{ts},\"x\":[0.5,-1.0,2.0]}}");
+        Record::new(channel, ts, Some(id.into()), payload.into_bytes())
+    }
+
+    fn reason_of(o: &ScoreOutput) -> Option<UnscoredReason> {
+        match o.status {
+            crate::engine::scoring::ScoreStatus::Unscored { reason } => Some(reason),
+            crate::engine::scoring::ScoreStatus::Scored => None,
+        }
+    }
+
+    fn unscored_count(e: &Engine, reason: &str) -> u64 {
+        e.metrics.unscored_events.with_label_values(&[reason]).get()
+    }
+
+    #[test]
+    fn an_event_waits_for_a_first_model_at_most_max_wait_of_event_time() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = Recorded::default();
+        // No retrain can start (too few positives): every unlabeled event waits.
+        let (mut e, _) = engine_with(
+            dir.path(),
+            "min_positive = 1000\n[scoring]\nmax_wait = \"100ms\"",
+            Box::new(out.clone()),
+        );
+        let max_wait = 100;
+        let mut arrived: BTreeMap<String, i64> = BTreeMap::new();
+        let (mut clock, mut unlabeled) = (1_000_000_i64, 0);
+        for i in 0..400_i64 {
+            // Irregular gaps; every fifth event a positive, which moves the clock too.
+            let before = clock;
+            clock += [1, 7, 3, 0, 12][(i % 5) as usize];
+            let (channel, id) = if i % 5 == 4 {
+                (Channel::Positive, format!("p{i}"))
+            } else {
+                (Channel::Unlabeled, format!("u{i}"))
+            };
+            // One late event: older than the clock (which it does not move), it still waits
+            // from its arrival.
+            let ts = if i == 200 {
+                clock = before;
+                clock - 5_000
+            } else {
+                clock
+            };
+            if channel == Channel::Unlabeled {
+                arrived.insert(id.clone(), clock);
+                unlabeled += 1;
+            }
+            e.handle(&event(channel, &id, ts)).expect("handled");
+            for o in out.take() {
+                assert_eq!(
+                    reason_of(&o),
+                    Some(UnscoredReason::NoAcceptedModel),
+                    "{o:?}"
+                );
+                let waited = clock - arrived[&o.id];
+                assert!(waited >= max_wait, "{} emitted after {waited} ms", o.id);
+                assert!(
+                    before - arrived[&o.id] < max_wait,
+                    "{} waited past max_wait: due at {before} already",
+                    o.id
+                );
+                arrived.remove(&o.id);
+            }
+        }
+        let expired = unlabeled - arrived.len();
+        assert!(expired > 250, "{expired} of {unlabeled} expired");
+        assert_eq!(unscored_count(&e, "no_accepted_model"), expired as u64);
+        assert_eq!(e.metrics.unscored_buffer.get(), arrived.len() as i64);
+        // The end of input emits the rest, in arrival order.
+        e.finish().expect("finished");
+        let rest = out.take();
+        assert_eq!(rest.len(), arrived.len());
+        assert!(rest
+            .iter()
+            .all(|o| reason_of(o) == Some(UnscoredReason::Shutdown)
+                && clock - arrived[&o.id] < max_wait));
+        assert_eq!(unscored_count(&e, "shutdown"), rest.len() as u64);
+        assert_eq!(
+            e.metrics
+                .events
+                .with_label_values(&["unlabeled", "unscored"])
+                .get(),
+            unlabeled as u64
+        );
+        assert_eq!(e.metrics.unscored_buffer.get(), 0);
+    }
+
+    #[test]
+    fn on_a_live_source_the_wall_clock_ends_the_wait_too() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = Recorded::default();
+        let (mut e, _) = engine_with(
+            dir.path(),
+            "min_positive = 1000\n[scoring]\nmax_wait = \"20s\"",
+            Box::new(out.clone()),
+        );
+        let t0 = Instant::now();
+        let s = std::time::Duration::from_secs;
+        // Event time moves 1 ms per event: it never ends a wait here.
+        for i in 0..10 {
+            e.handle(&event(Channel::Unlabeled, &format!("a{i}"), i))
+                .expect("handled");
+        }
+        e.tick(t0).expect("tick");
+        e.tick(t0 + s(19)).expect("tick");
+        assert!(out.take().is_empty());
+        for i in 10..15 {
+            e.handle(&event(Channel::Unlabeled, &format!("b{i}"), i))
+                .expect("handled");
+        }
+        // The first ten waited 20 s since the tick that saw them; the five newer ones start
+        // waiting at this tick.
+        e.tick(t0 + s(20)).expect("tick");
+        let first = out.take();
+        assert_eq!(
+            first.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(),
+            (0..10).map(|i| format!("a{i}")).collect::<Vec<_>>()
+        );
+        assert!(first
+            .iter()
+            .all(|o| reason_of(o) == Some(UnscoredReason::NoAcceptedModel)));
+        e.tick(t0 + s(39)).expect("tick");
+        assert!(out.take().is_empty());
+        e.tick(t0 + s(40)).expect("tick");
+        assert_eq!(out.take().len(), 5);
+        assert_eq!(unscored_count(&e, "no_accepted_model"), 15);
+        assert_eq!(e.metrics.unscored_buffer.get(), 0);
+    }
+
+    #[test]
+    fn a_full_buffer_or_a_zero_wait_emits_at_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = Recorded::default();
+        let (mut e, _) = engine_with(
+            dir.path(),
+            "min_positive = 1000\n[scoring]\nbuffer_before_model = 3",
+            Box::new(out.clone()),
+        );
+        for i in 0..5 {
+            e.handle(&event(Channel::Unlabeled, &format!("u{i}"), i))
+                .expect("handled");
+        }
+        let full = out.take();
+        assert_eq!(
+            full.iter()
+                .map(|o| (o.id.as_str(), reason_of(o)))
+                .collect::<Vec<_>>(),
+            [
+                ("u3", Some(UnscoredReason::BufferFull)),
+                ("u4", Some(UnscoredReason::BufferFull))
+            ]
+        );
+        assert_eq!(unscored_count(&e, "buffer_full"), 2);
+        assert_eq!(e.metrics.unscored_buffer.get(), 3);
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, _) = engine_with(
+            dir.path(),
+            "min_positive = 1000\n[scoring]\nmax_wait = 0",
+            Box::new(out.clone()),
+        );
+        e.handle(&event(Channel::Unlabeled, "now", 7))
+            .expect("handled");
+        let now = out.take();
+        assert_eq!(now.len(), 1);
+        assert_eq!(reason_of(&now[0]), Some(UnscoredReason::NoAcceptedModel));
     }
 }

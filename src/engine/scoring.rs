@@ -3,9 +3,9 @@
 //!
 //! The score object (JSON):
 //! `{"id", "ts", "score", "flagged", "threshold", "model_version", "status", "meta"}` with
-//! `status` `"scored"` (every other field set by the model that scored it) or `"unscored"`
-//! (`score`, `flagged`, `threshold` and `model_version` null: no model existed and the
-//! pre-model buffer was full). `ts` is null only for HTTP events sent without one; `meta` is the
+//! `status` `"scored"` (every other field set by the model that scored it) or `"unscored"`,
+//! followed by a `"reason"` ([`UnscoredReason`]; `score`, `flagged`, `threshold` and
+//! `model_version` null). `ts` is null only for HTTP events sent without one; `meta` is the
 //! event's, passed through, or null.
 
 use serde::{Deserialize, Serialize, Serializer};
@@ -17,12 +17,49 @@ use crate::learn::Scorer;
 use crate::stream::event::{features_to_rows, Event};
 use crate::stream::Features;
 
-/// Whether an event got a score.
+/// Whether an event got a score; written as `"status"`, and for an unscored event
+/// `"reason"` right after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(tag = "status", rename_all = "lowercase")]
 pub enum ScoreStatus {
     Scored,
-    Unscored,
+    Unscored { reason: UnscoredReason },
+}
+
+/// Why an event has no score: the `"reason"` of an unscored output and the `reason` label of
+/// `neyman_unscored_events_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnscoredReason {
+    /// It waited `scoring.max_wait` and no model had been accepted.
+    NoAcceptedModel,
+    /// No model had been accepted and `scoring.buffer_before_model` events were waiting.
+    BufferFull,
+    /// It was still waiting for a first model when the replay ended or the daemon stopped.
+    Shutdown,
+    /// The active model could not score it (its dimension is locked to the model's, so this
+    /// does not happen in practice).
+    ScoringFailed,
+}
+
+impl UnscoredReason {
+    /// Every reason, in declaration order (the engine keeps one counter per reason, indexed
+    /// by this order).
+    pub const ALL: [UnscoredReason; 4] = [
+        UnscoredReason::NoAcceptedModel,
+        UnscoredReason::BufferFull,
+        UnscoredReason::Shutdown,
+        UnscoredReason::ScoringFailed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnscoredReason::NoAcceptedModel => "no_accepted_model",
+            UnscoredReason::BufferFull => "buffer_full",
+            UnscoredReason::Shutdown => "shutdown",
+            UnscoredReason::ScoringFailed => "scoring_failed",
+        }
+    }
 }
 
 /// One event's score, as written to the score sink.
@@ -34,13 +71,14 @@ pub struct ScoreOutput {
     pub flagged: Option<bool>,
     pub threshold: Option<f64>,
     pub model_version: Option<u64>,
+    #[serde(flatten)]
     pub status: ScoreStatus,
     pub meta: Option<Map<String, Value>>,
 }
 
 impl ScoreOutput {
-    /// The output for an event no model could score.
-    pub fn unscored(event: &Event) -> ScoreOutput {
+    /// The output for an event no model could score, and why.
+    pub fn unscored(event: &Event, reason: UnscoredReason) -> ScoreOutput {
         ScoreOutput {
             id: event.id.clone(),
             ts: Some(event.ts),
@@ -48,7 +86,7 @@ impl ScoreOutput {
             flagged: None,
             threshold: None,
             model_version: None,
-            status: ScoreStatus::Unscored,
+            status: ScoreStatus::Unscored { reason },
             meta: event.meta.clone(),
         }
     }
@@ -92,10 +130,14 @@ impl ScoreOutput {
             Some(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
             None => out.extend_from_slice(b"null"),
         }
-        out.extend_from_slice(match self.status {
-            ScoreStatus::Scored => b",\"status\":\"scored\",\"meta\":",
-            ScoreStatus::Unscored => b",\"status\":\"unscored\",\"meta\":",
-        });
+        match self.status {
+            ScoreStatus::Scored => out.extend_from_slice(b",\"status\":\"scored\",\"meta\":"),
+            ScoreStatus::Unscored { reason } => {
+                out.extend_from_slice(b",\"status\":\"unscored\",\"reason\":\"");
+                out.extend_from_slice(reason.as_str().as_bytes());
+                out.extend_from_slice(b"\",\"meta\":");
+            }
+        }
         let meta = match &self.meta {
             Some(meta) => serde_json::to_writer(&mut *out, meta),
             None => {
@@ -364,10 +406,31 @@ mod tests {
                 expected: 2
             }
         );
-        let u = ScoreOutput::unscored(&bad);
+        let u = ScoreOutput::unscored(&bad, UnscoredReason::NoAcceptedModel);
         let v: Value = serde_json::from_str(&u.to_json_line()).expect("json");
         assert_eq!(v["status"], "unscored");
+        assert_eq!(v["reason"], "no_accepted_model");
         assert!(v["score"].is_null() && v["model_version"].is_null());
+        // The reason comes right after the status; a scored output has none.
+        assert!(u.to_json_line().contains(
+            "\"model_version\":null,\"status\":\"unscored\",\"reason\":\"no_accepted_model\",\"meta\":null}"
+        ));
+        assert_eq!(
+            serde_json::from_str::<ScoreOutput>(&u.to_json_line()).ok(),
+            Some(u)
+        );
+    }
+
+    /// The engine indexes its counters by `reason as usize`; the JSON name is the label.
+    #[test]
+    fn unscored_reasons_are_listed_in_order_and_named_alike_in_json_and_metrics() {
+        for (i, reason) in UnscoredReason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, i, "{reason:?}");
+            assert_eq!(
+                serde_json::to_value(reason).ok(),
+                Some(Value::String(reason.as_str().into()))
+            );
+        }
     }
 
     fn meta_value() -> impl proptest::strategy::Strategy<Value = Value> {
@@ -396,7 +459,13 @@ mod tests {
             flagged in proptest::option::of(proptest::bool::ANY),
             threshold in proptest::option::of(proptest::num::f64::ANY),
             model_version in proptest::option::of(proptest::prelude::any::<u64>()),
-            scored in proptest::bool::ANY,
+            status in proptest::prop_oneof![
+                proptest::strategy::Just(ScoreStatus::Scored),
+                proptest::strategy::Strategy::prop_map(
+                    proptest::sample::select(UnscoredReason::ALL.to_vec()),
+                    |reason| ScoreStatus::Unscored { reason },
+                ),
+            ],
             meta in proptest::option::of(proptest::collection::btree_map(
                 proptest::prelude::any::<String>(), meta_value(), 0..4)),
         ) {
@@ -407,7 +476,7 @@ mod tests {
                 flagged,
                 threshold,
                 model_version,
-                status: if scored { ScoreStatus::Scored } else { ScoreStatus::Unscored },
+                status,
                 meta: meta.map(|m| m.into_iter().collect()),
             };
             let mut written = b"prefix".to_vec();

@@ -6,6 +6,7 @@ pub mod broker;
 pub mod daemon;
 pub mod http;
 pub mod qp;
+pub mod streams;
 
 // Not every test crate uses the QP helpers (tests/kafka.rs only needs the broker).
 #[allow(unused_imports)]

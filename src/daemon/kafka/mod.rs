@@ -6,7 +6,9 @@
 //!   [`Engine::handle`], which scores unlabeled events with the active model and windows
 //!   everything. Retrains are deferred: the loop hands [`Engine::due_retrain`]'s job to a
 //!   training thread and gates/installs the result when it returns, so polling, scoring and
-//!   heartbeats never wait for a solver.
+//!   heartbeats never wait for a solver. Each round also hands the wall clock to
+//!   [`Engine::tick`]: an event waiting for a first model is emitted unscored after
+//!   `scoring.max_wait` of event time or of wall-clock time, whichever comes first.
 //! - **Outputs** ([`KafkaOutputs`]): scores to `kafka.topics.scores` (key = event id; headers
 //!   `model_version` — absent for an unscored output —, `source_topic`, `source_partition`,
 //!   `source_offset`), rejected messages to `kafka.topics.dlq` (original key, payload and
@@ -369,9 +371,12 @@ impl Loop {
     }
 }
 
+/// Runs the poll loop until `stop` is set (see the module docs). Then the retrain in
 /// flight is awaited (the caller sets the engine's cancel flag to cut it short), events still
-/// waiting for a first model are emitted unscored, outputs are awaited until `drain_timeout`,
-/// the final offsets are committed synchronously and the consumer leaves the group.
+/// waiting for a first model are emitted unscored (`shutdown`), outputs are awaited until
+/// `drain_timeout`, the final offsets and `done` marks are committed synchronously (the
+/// events emitted at shutdown count as answered once acknowledged) and the consumer leaves
+/// the group.
 pub fn run(
     mut engine: Engine,
     clients: KafkaClients,
@@ -438,8 +443,11 @@ pub fn run(
                 lp.handle(&mut engine, &record, || headers_of(&message).0)?;
             }
         }
+        // The wall clock bounds the wait for a first model (scoring.max_wait) even when no
+        // message arrives to move event time.
+        engine.tick(Instant::now())?;
         // Also books the outputs made above the batch (a finished retrain scores the events
-        // that waited for a first model).
+        // that waited for a first model, the tick emits those that waited too long).
         lp.settle_round(&mut engine)?;
         if last_commit.elapsed() >= lp.clients.commit_interval {
             committer.submit(lp.commit_points_now(&engine));
