@@ -1639,3 +1639,35 @@ fn prior_rejects_bad_settings() {
     assert!(line(&["--algo", "usmo", "--prior", "0.4"]).contains("--lambda"));
     assert!(line(&["--calibration-fraction", "1.2"]).contains("fraction"));
 }
+
+/// `--threshold none`: train makes a ranking-only model (no threshold, every row trains, as
+/// without `--tau`), eval refuses it (there is nothing to measure) naming the flag.
+#[test]
+fn threshold_none_trains_a_ranking_only_model_and_eval_refuses_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = dir.path().join("rank.model");
+    train_heart(&model, &["--tau", "0.05", "--threshold", "none"]).ok();
+    let inspect = neyman(&["model", "inspect", s(&model)]).ok().json();
+    assert_eq!(inspect["threshold"], Value::Null, "{inspect:?}");
+    let plain = dir.path().join("plain.model");
+    train_heart(&plain, &[]).ok();
+    let scores = |m: &Path| score_to(m, HEART, &dir.path().join("s.csv"));
+    assert_eq!(
+        scores(&model),
+        scores(&plain),
+        "the same scorer as training without --tau"
+    );
+    let eval = neyman(&[
+        "eval",
+        "--algo",
+        "tfpl",
+        "--data",
+        HEART,
+        "--tau",
+        "0.05",
+        "--threshold",
+        "none",
+    ]);
+    assert_eq!(eval.code, 2, "{}", eval.stderr);
+    assert!(eval.one_error_line().contains("--threshold none"));
+}

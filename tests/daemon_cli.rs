@@ -178,6 +178,7 @@ fn replay_is_reproducible_and_loses_nothing() {
         let score = s["score"].as_f64().expect("score");
         let threshold = s["threshold"].as_f64().expect("threshold");
         assert_eq!(flagged, score > threshold);
+        assert_eq!(s["certified"], true, "{s}");
     }
     assert!(
         by_version.len() >= 2,
@@ -195,6 +196,81 @@ fn replay_is_reproducible_and_loses_nothing() {
     assert!(
         fpr <= 0.05 + 2.0 * (0.05 * 0.95 / neg as f64).sqrt(),
         "FPR {fpr} on {neg}"
+    );
+}
+
+/// `threshold = "none"`: the replay answers every unlabeled event with a score that flags
+/// nothing and certifies nothing, from models accepted without a threshold; the scores still
+/// rank the spam above the ham.
+#[test]
+fn a_ranking_only_replay_scores_every_event_unflagged_and_uncertified() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (stream, _) = stream_with_bad_events(dir.path(), 1500);
+    let path = config(dir.path());
+    let mut text = std::fs::read_to_string(&path).expect("config");
+    text.push_str("threshold = \"none\"\n");
+    std::fs::write(&path, text).expect("config");
+    let out = Command::new(BIN)
+        .arg("replay")
+        .arg(&stream)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run neyman");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scores = lines(&dir.path().join("scores.jsonl"));
+    let scored: Vec<&Value> = scores.iter().filter(|s| s["status"] == "scored").collect();
+    assert!(
+        scored.len() > scores.len() / 2,
+        "{} of {}",
+        scored.len(),
+        scores.len()
+    );
+    for s in &scored {
+        assert_eq!(s["flagged"], false, "{s}");
+        assert_eq!(s["threshold"], Value::Null, "{s}");
+        assert_eq!(s["certified"], false, "{s}");
+    }
+    // AUC of the scores against the hidden labels.
+    let (pos, neg): (Vec<f64>, Vec<f64>) = (
+        scored
+            .iter()
+            .filter(|s| s["meta"]["label"] == 1)
+            .map(|s| s["score"].as_f64().expect("score"))
+            .collect(),
+        scored
+            .iter()
+            .filter(|s| s["meta"]["label"] == -1)
+            .map(|s| s["score"].as_f64().expect("score"))
+            .collect(),
+    );
+    let wins: f64 = pos
+        .iter()
+        .map(|p| {
+            neg.iter()
+                .map(|n| {
+                    if p > n {
+                        1.0
+                    } else if p == n {
+                        0.5
+                    } else {
+                        0.0
+                    }
+                })
+                .sum::<f64>()
+        })
+        .sum();
+    let auc = wins / (pos.len() * neg.len()) as f64;
+    assert!(
+        auc > 0.8,
+        "AUC {auc} on {} spam, {} ham",
+        pos.len(),
+        neg.len()
     );
 }
 

@@ -429,7 +429,8 @@ pub struct ThresholdArgs {
     /// tfpl: the τ used for ranking (k = ⌊τn⌋+1), e.g. 2τ for the paper's "2τ-FPL".
     #[arg(allow_negative_numbers = true, long)]
     pub rank_tau: Option<f64>,
-    /// Threshold method; default umbrella when the data has negatives, else pu-umbrella.
+    /// Threshold method; default umbrella when the data has negatives, else pu-umbrella. none:
+    /// no threshold (every row trains; the model only ranks, as without --tau).
     #[arg(long, value_enum)]
     pub threshold: Option<ThresholdName>,
     /// δ: the allowed probability that the true FPR exceeds τ.
@@ -730,10 +731,13 @@ impl TrainArgs {
 }
 
 impl ThresholdArgs {
-    /// The threshold flags as settings, if `--tau` was given.
+    /// The threshold flags as settings, if `--tau` was given and `--threshold` is not `none`.
     pub fn settings(&self) -> Option<ThresholdSettings> {
+        if self.threshold == Some(ThresholdName::None) {
+            return None;
+        }
         Some(ThresholdSettings {
-            method: self.threshold.map(Into::into),
+            method: self.threshold.and_then(ThresholdName::method),
             tau: self.tau?,
             delta: self.delta,
             calibration_fraction: self.calibration_fraction,

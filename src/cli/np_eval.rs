@@ -378,8 +378,12 @@ fn run_split(
 /// The threshold method of `--algo`: `--threshold`, else `oob` for tfpl on labelled data and
 /// `pu-umbrella` otherwise.
 fn threshold_of(args: &EvalArgs) -> ThresholdMethod {
-    match (args.algo, args.threshold.threshold) {
-        (_, Some(explicit)) => explicit.into(),
+    // `--threshold none` is refused before this is asked.
+    match (
+        args.algo,
+        args.threshold.threshold.and_then(ThresholdName::method),
+    ) {
+        (_, Some(explicit)) => explicit,
         (AlgorithmName::Tfpl, None) if args.pu_labeled_fraction.is_none() => ThresholdMethod::Oob,
         _ => ThresholdMethod::PuUmbrella,
     }
@@ -460,6 +464,13 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
     let folds = args.cv.unwrap_or(DEFAULT_FOLDS);
     if folds < 2 {
         return usage(format!("--cv must be at least 2, got {folds}"));
+    }
+    if t.threshold == Some(ThresholdName::None) {
+        return usage(
+            "--threshold none leaves nothing to evaluate (eval measures thresholds; train \
+             --threshold none makes a ranking-only model)"
+                .into(),
+        );
     }
     let threshold = threshold_of(args);
     if args.algo == AlgorithmName::Usmo && t.threshold == Some(ThresholdName::Oob) {

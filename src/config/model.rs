@@ -24,6 +24,8 @@ pub enum ThresholdName {
     Oob,
     Umbrella,
     PuUmbrella,
+    /// No threshold: the scorer only ranks (see [`ThresholdName::method`]).
+    None,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -69,12 +71,16 @@ impl From<ScaleName> for ScaleKind {
     }
 }
 
-impl From<ThresholdName> for ThresholdMethod {
-    fn from(t: ThresholdName) -> ThresholdMethod {
-        match t {
-            ThresholdName::Oob => ThresholdMethod::Oob,
-            ThresholdName::Umbrella => ThresholdMethod::Umbrella,
-            ThresholdName::PuUmbrella => ThresholdMethod::PuUmbrella,
+impl ThresholdName {
+    /// The calibration this name asks for; `None` for `none`, which asks for no threshold:
+    /// the model is accepted without a certificate and serves scores with `"flagged": false`,
+    /// `"threshold": null`, `"certified": false`, for users who only rank.
+    pub fn method(self) -> Option<ThresholdMethod> {
+        match self {
+            ThresholdName::Oob => Some(ThresholdMethod::Oob),
+            ThresholdName::Umbrella => Some(ThresholdMethod::Umbrella),
+            ThresholdName::PuUmbrella => Some(ThresholdMethod::PuUmbrella),
+            ThresholdName::None => None,
         }
     }
 }
@@ -113,8 +119,10 @@ pub struct ModelConfig {
     /// δ: the allowed probability that the true FPR exceeds τ.
     #[serde(default = "default_delta")]
     pub delta: f64,
-    /// `oob`, `umbrella` or `pu-umbrella`; absent: `umbrella` when the negative window holds
-    /// `retrain.min_negative` events, else `pu-umbrella`.
+    /// `oob`, `umbrella`, `pu-umbrella` or `none`; absent: `umbrella` when the negative window
+    /// holds `retrain.min_negative` events, else `pu-umbrella`. `none` trains on every event
+    /// (nothing is held out) and accepts the model without a certificate: scores are served with
+    /// `"flagged": false`, `"threshold": null`, `"certified": false`, for users who only rank.
     #[serde(default)]
     pub threshold: Option<ThresholdName>,
     /// Share of events (by a stable hash of the id) kept out of training for calibration, in
@@ -292,8 +300,8 @@ impl ModelConfig {
                 max_iter: self.max_iter,
                 time_limit: self.time_limit.map(|d| d.0),
             },
-            threshold: Some(ThresholdSettings {
-                method: self.threshold.map(Into::into),
+            threshold: (self.threshold != Some(ThresholdName::None)).then(|| ThresholdSettings {
+                method: self.threshold.and_then(ThresholdName::method),
                 tau: self.tau,
                 delta: self.delta,
                 calibration_fraction: f64::from(self.calibration_percent) / 100.0,

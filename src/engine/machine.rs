@@ -35,7 +35,8 @@ use std::time::Instant;
 
 use crate::codec::fnv1a64;
 use crate::config::{
-    Config, GateConfig, ModelConfig, RetrainConfig, Role, ScoringConfig, WindowsConfig,
+    Config, GateConfig, ModelConfig, RetrainConfig, Role, ScoringConfig, ThresholdName,
+    WindowsConfig,
 };
 use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
@@ -80,6 +81,10 @@ pub enum GateReason {
     FprBound,
     OobEstimate,
     NpScore,
+    /// The model gives every event the same score: it cannot rank, whatever its threshold.
+    ConstantScores,
+    /// The threshold flags none of the calibration positives (TPR estimate 0).
+    FlagsNothing,
 }
 
 impl GateReason {
@@ -90,6 +95,8 @@ impl GateReason {
             GateReason::FprBound => "fpr_bound",
             GateReason::OobEstimate => "oob_estimate",
             GateReason::NpScore => "np_score",
+            GateReason::ConstantScores => "constant_scores",
+            GateReason::FlagsNothing => "flags_nothing",
         }
     }
 }
@@ -810,15 +817,15 @@ impl Engine {
             .map_err(|e| RetrainOutcome::Failed {
                 detail: e.to_string(),
             })?;
-        let mut threshold = spec
-            .threshold_spec()
-            .ok_or_else(|| RetrainOutcome::Failed {
-                detail: "the daemon's learner has no threshold".into(),
-            })?;
-        threshold.method.get_or_insert(if with_negatives {
-            ThresholdMethod::Umbrella
-        } else {
-            ThresholdMethod::PuUmbrella
+        // `threshold = "none"`: no threshold spec, nothing held out (the snapshot's held_out
+        // is all false then).
+        let threshold = spec.threshold_spec().map(|mut t| {
+            t.method.get_or_insert(if with_negatives {
+                ThresholdMethod::Umbrella
+            } else {
+                ThresholdMethod::PuUmbrella
+            });
+            t
         });
         Ok(RetrainJob {
             started,
@@ -861,7 +868,7 @@ impl Engine {
             .inc_by(fit.kernel_evaluations());
         let finite = fit.expansion().coef.iter().all(|c| c.is_finite())
             && fit.expansion().bias.is_finite()
-            && threshold.threshold.is_finite();
+            && threshold.as_ref().map_or(true, |t| t.threshold.is_finite());
         if !finite {
             return RetrainOutcome::Rejected {
                 reason: GateReason::NonFinite,
@@ -876,7 +883,7 @@ impl Engine {
             job.scaler,
             fit,
             Fingerprint::of(&job.scaled),
-            Some(threshold),
+            threshold,
         );
         let snapshot = job.snapshot;
         if let Some(rejection) = self.gate(&model, &snapshot) {
@@ -941,10 +948,11 @@ impl Engine {
             }
         }
         let e = stored.model.expansion();
+        // A missing threshold is the certify check's to judge.
         let threshold_finite = stored
             .model
             .threshold()
-            .is_some_and(|t| t.threshold.is_finite());
+            .map_or(true, |t| t.threshold.is_finite());
         if !(e.coef.iter().all(|c| c.is_finite()) && e.bias.is_finite() && threshold_finite) {
             return Err("non-finite coefficients or threshold".into());
         }
@@ -975,9 +983,31 @@ impl Engine {
     /// estimate is within `gate.oob_slack`).
     fn certify(&self, model: &Model) -> Option<(GateReason, String)> {
         let cfg = &self.config.model;
+        let e = model.expansion();
+        if e.coef.iter().all(|&c| c == 0.0) {
+            return Some((
+                GateReason::ConstantScores,
+                format!(
+                    "every coefficient is 0: the model scores every event {}",
+                    e.bias
+                ),
+            ));
+        }
         let Some(t) = model.threshold() else {
+            if cfg.threshold == Some(ThresholdName::None) {
+                return None;
+            }
             return Some((GateReason::NoThreshold, "the model has no threshold".into()));
         };
+        if t.tpr_estimate == Some(0.0) {
+            return Some((
+                GateReason::FlagsNothing,
+                format!(
+                    "threshold {} flags none of the {} calibration positives",
+                    t.threshold, t.calibration_positives
+                ),
+            ));
+        }
         match t.method {
             ThresholdMethod::Oob => {
                 (t.fpr_estimate > cfg.tau + self.config.gate.oob_slack).then(|| {
@@ -1003,6 +1033,12 @@ impl Engine {
     fn gate(&self, model: &Model, snapshot: &TrainingSnapshot) -> Option<RetrainOutcome> {
         if let Some((reason, detail)) = self.certify(model) {
             return Some(RetrainOutcome::Rejected { reason, detail });
+        }
+        if let Some(detail) = constant_on(model, &snapshot.data) {
+            return Some(RetrainOutcome::Rejected {
+                reason: GateReason::ConstantScores,
+                detail,
+            });
         }
         let t = model.threshold()?;
         let active = self.registry.active()?;
@@ -1080,7 +1116,11 @@ impl Engine {
             ts.extend(sn.ts.iter().copied());
         }
         let percent = self.config.model.calibration_percent;
-        let held_out = ids.iter().map(|id| in_calibration(id, percent)).collect();
+        let ranking_only = self.config.model.threshold == Some(ThresholdName::None);
+        let held_out = ids
+            .iter()
+            .map(|id| !ranking_only && in_calibration(id, percent))
+            .collect();
         let newest_ts = ts.iter().copied().max().unwrap_or(0);
         Ok(TrainingSnapshot {
             data: Dataset {
@@ -1123,7 +1163,8 @@ pub struct RetrainJob {
     scaled: Dataset,
     scaler: Scaler,
     algorithm: Algorithm,
-    spec: ThresholdSpec,
+    /// `None` under `threshold = "none"`: every row trains and no threshold is calibrated.
+    spec: Option<ThresholdSpec>,
     previous: Option<Fit>,
     cancel: Arc<AtomicBool>,
 }
@@ -1131,22 +1172,61 @@ pub struct RetrainJob {
 /// A solved [`RetrainJob`], for [`Engine::complete_retrain`].
 pub struct TrainedRetrain {
     job: RetrainJob,
-    fitted: Result<(Fit, ThresholdResult), CalibrateError>,
+    fitted: Result<(Fit, Option<ThresholdResult>), CalibrateError>,
 }
 
 impl RetrainJob {
     /// Trains (warm-started from the previous solution) and calibrates the threshold on the
     /// held-out events. Stops early when the engine's cancel flag is set.
     pub fn run(self) -> TrainedRetrain {
-        let fitted = self.algorithm.fit_with_held_out(
-            self.previous.as_ref(),
-            &self.spec,
-            &self.scaled,
-            &self.snapshot.held_out,
-            &self.cancel,
-        );
+        let previous = self.previous.as_ref();
+        let fitted = match &self.spec {
+            Some(spec) => self
+                .algorithm
+                .fit_with_held_out(
+                    previous,
+                    spec,
+                    &self.scaled,
+                    &self.snapshot.held_out,
+                    &self.cancel,
+                )
+                .map(|(fit, t)| (fit, Some(t))),
+            None => self
+                .algorithm
+                .fit(previous, &self.scaled, &self.cancel)
+                .map(|fit| (fit, None))
+                .map_err(CalibrateError::from),
+        };
         TrainedRetrain { job: self, fitted }
     }
+}
+
+/// Rows of the snapshot [`constant_on`] scores: enough to see any spread, bounded so the
+/// check costs a small share of a retrain.
+const CONSTANT_CHECK_ROWS: usize = 1000;
+
+/// Why `model` counts as constant on `data` (every score of up to [`CONSTANT_CHECK_ROWS`]
+/// evenly spaced rows equal up to rounding), or `None`.
+fn constant_on(model: &Model, data: &Dataset) -> Option<String> {
+    let n = data.len();
+    if n < 2 {
+        return None;
+    }
+    let stride = n.div_ceil(CONSTANT_CHECK_ROWS);
+    let rows: Vec<usize> = (0..n).step_by(stride).collect();
+    let mut scores = vec![0.0; rows.len()];
+    model.score_batch(&data.rows.select(&rows), &mut scores);
+    let (lo, hi) = scores
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+    (hi - lo <= 1e-9 * (1.0 + hi.abs().max(lo.abs()))).then(|| {
+        format!(
+            "the model scores all {} checked training events {lo} (a constant scorer)",
+            rows.len()
+        )
+    })
 }
 
 struct TrainingSnapshot {
@@ -1413,6 +1493,99 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn the_gate_refuses_a_constant_model_and_a_threshold_that_flags_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, registry) = engine(dir.path(), "");
+        feed_until_first_model(&mut e, &registry);
+        let active = registry.active().expect("model");
+        let n = e.dimension().expect("locked");
+        let snapshot = e.training_snapshot(n).expect("snapshot");
+        let with_coef = |scale: f64| {
+            let mut m = active.model.clone();
+            if let Model::Usmo(entry) = &mut m {
+                entry
+                    .fit
+                    .expansion
+                    .coef
+                    .iter_mut()
+                    .for_each(|c| *c *= scale);
+            }
+            m
+        };
+        let reason = |e: &Engine, m: &Model| match e.gate(m, &snapshot) {
+            Some(RetrainOutcome::Rejected { reason, .. }) => Some(reason),
+            _ => None,
+        };
+        // Every coefficient 0: refused without looking at data (also for remote installs).
+        assert_eq!(
+            reason(&e, &with_coef(0.0)),
+            Some(GateReason::ConstantScores)
+        );
+        // Coefficients so small that every score rounds to the bias: refused on the snapshot.
+        assert_eq!(
+            reason(&e, &with_coef(1e-300)),
+            Some(GateReason::ConstantScores)
+        );
+        // A certified threshold above every calibration positive.
+        let mut blind = active.model.clone();
+        if let Model::Usmo(entry) = &mut blind {
+            if let Some(t) = entry.threshold.as_mut() {
+                t.tpr_estimate = Some(0.0);
+            }
+        }
+        assert_eq!(reason(&e, &blind), Some(GateReason::FlagsNothing));
+        // Without a threshold a model is refused unless the configuration asks for none.
+        let mut ranking = active.model.clone();
+        if let Model::Usmo(entry) = &mut ranking {
+            entry.threshold = None;
+        }
+        assert_eq!(reason(&e, &ranking), Some(GateReason::NoThreshold));
+        e.config.model.threshold = Some(ThresholdName::None);
+        assert_eq!(reason(&e, &ranking), None);
+    }
+
+    #[test]
+    fn a_ranking_only_engine_serves_every_event_unflagged_and_uncertified() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let recorded = Recorded::default();
+        let (mut e, registry) = engine_with(dir.path(), "", Box::new(recorded.clone()));
+        e.config.model.threshold = Some(ThresholdName::None);
+        let mut unlabeled = 0;
+        for record in RecordReader::open(std::path::Path::new(STREAM))
+            .expect("stream")
+            .take(2000)
+        {
+            let record = record.expect("record");
+            unlabeled += usize::from(record.channel == Channel::Unlabeled);
+            e.handle(&record).expect("handled");
+        }
+        e.finish().expect("finish");
+        let active = registry.active().expect("a ranking-only model is accepted");
+        assert!(active.model.threshold().is_none());
+        let outputs = recorded.take();
+        assert_eq!(outputs.len(), unlabeled);
+        let scored: Vec<&ScoreOutput> = outputs
+            .iter()
+            .filter(|o| o.status == crate::engine::scoring::ScoreStatus::Scored)
+            .collect();
+        assert!(
+            scored.len() > unlabeled / 2,
+            "{} of {unlabeled}",
+            scored.len()
+        );
+        for o in &scored {
+            assert_eq!(o.flagged, Some(false));
+            assert_eq!(o.threshold, None);
+            assert_eq!(o.certified, Some(false));
+            assert!(o.score.is_some_and(f64::is_finite));
+        }
+        // Nothing was held out: every snapshot row trained the scorer.
+        let n = e.dimension().expect("locked");
+        let snapshot = e.training_snapshot(n).expect("snapshot");
+        assert!(snapshot.held_out.iter().all(|&h| !h));
     }
 
     /// A three-feature event on `channel` at event time `ts`.

@@ -2,10 +2,12 @@
 //! emits.
 //!
 //! The score object (JSON):
-//! `{"id", "ts", "score", "flagged", "threshold", "model_version", "status", "meta"}` with
-//! `status` `"scored"` (every other field set by the model that scored it) or `"unscored"`,
-//! followed by a `"reason"` ([`UnscoredReason`]; `score`, `flagged`, `threshold` and
-//! `model_version` null). `ts` is null only for HTTP events sent without one; `meta` is the
+//! `{"id", "ts", "score", "flagged", "threshold", "certified", "model_version", "status",
+//! "meta"}` with `status` `"scored"` (every other field set by the model that scored it) or
+//! `"unscored"`, followed by a `"reason"` ([`UnscoredReason`]; `score`, `flagged`, `threshold`,
+//! `certified` and `model_version` null). `certified` is true when the threshold carries an
+//! FPR bound at confidence 1 − δ (umbrella, pu-umbrella), false for `oob` (an estimate) and for
+//! a ranking-only model (`threshold = "none"`: `flagged` false, `threshold` null). `ts` is null only for HTTP events sent without one; `meta` is the
 //! event's, passed through, or null.
 
 use serde::{Deserialize, Serialize, Serializer};
@@ -70,6 +72,7 @@ pub struct ScoreOutput {
     pub score: Option<f64>,
     pub flagged: Option<bool>,
     pub threshold: Option<f64>,
+    pub certified: Option<bool>,
     pub model_version: Option<u64>,
     #[serde(flatten)]
     pub status: ScoreStatus,
@@ -85,6 +88,7 @@ impl ScoreOutput {
             score: None,
             flagged: None,
             threshold: None,
+            certified: None,
             model_version: None,
             status: ScoreStatus::Unscored { reason },
             meta: event.meta.clone(),
@@ -118,13 +122,11 @@ impl ScoreOutput {
         out.extend_from_slice(b",\"score\":");
         write_json_f64(out, self.score);
         out.extend_from_slice(b",\"flagged\":");
-        out.extend_from_slice(match self.flagged {
-            Some(true) => b"true",
-            Some(false) => b"false",
-            None => b"null",
-        });
+        write_json_bool(out, self.flagged);
         out.extend_from_slice(b",\"threshold\":");
         write_json_f64(out, self.threshold);
+        out.extend_from_slice(b",\"certified\":");
+        write_json_bool(out, self.certified);
         out.extend_from_slice(b",\"model_version\":");
         match self.model_version {
             Some(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
@@ -177,6 +179,14 @@ fn write_json_str(out: &mut Vec<u8>, s: &str) {
     }
 }
 
+fn write_json_bool(out: &mut Vec<u8>, value: Option<bool>) {
+    out.extend_from_slice(match value {
+        Some(true) => b"true",
+        Some(false) => b"false",
+        None => b"null",
+    });
+}
+
 /// A number as serde_json writes an `Option<f64>`: null when absent or not finite, else
 /// serde_json's own shortest round-trip form.
 fn write_json_f64(out: &mut Vec<u8>, value: Option<f64>) {
@@ -198,8 +208,6 @@ pub enum ScoringError {
         found: usize,
         expected: usize,
     },
-    #[error("the model {version} has no threshold")]
-    NoThreshold { version: u64 },
     #[error("cannot stack the events into rows: {0}")]
     Rows(String),
 }
@@ -222,9 +230,7 @@ pub fn score_batch(
             expected: n_features,
         });
     }
-    let threshold = model.model.threshold().ok_or(ScoringError::NoThreshold {
-        version: model.meta.version,
-    })?;
+    let threshold = model.model.threshold();
     let rows = features_to_rows(events.iter().map(|e| &e.x), n_features)
         .map_err(|e| ScoringError::Rows(e.to_string()))?;
     let mut scores = vec![0.0; events.len()];
@@ -257,16 +263,16 @@ pub fn score_one(model: &StoredModel, event: &Event) -> Result<ScoreOutput, Scor
             expected,
         });
     }
-    let threshold = model.model.threshold().ok_or(ScoringError::NoThreshold {
-        version: model.meta.version,
-    })?;
+    let threshold = model.model.threshold();
     let score = model.model.score_dense_row(x);
     Ok(scored(model, threshold, event, score, true))
 }
 
+/// The output of a scored event. A model without a threshold (`threshold = "none"`, accepted
+/// by the gate only then) ranks: it flags nothing and certifies nothing.
 fn scored(
     model: &StoredModel,
-    threshold: &ThresholdResult,
+    threshold: Option<&ThresholdResult>,
     event: &Event,
     score: f64,
     ts_given: bool,
@@ -275,8 +281,9 @@ fn scored(
         id: event.id.clone(),
         ts: ts_given.then_some(event.ts),
         score: Some(score),
-        flagged: Some(threshold.is_positive(score)),
-        threshold: Some(threshold.threshold),
+        flagged: Some(threshold.is_some_and(|t| t.is_positive(score))),
+        threshold: threshold.map(|t| t.threshold),
+        certified: Some(threshold.is_some_and(|t| t.fpr_bound.is_some())),
         model_version: Some(model.meta.version),
         status: ScoreStatus::Scored,
         meta: event.meta.clone(),
@@ -458,6 +465,7 @@ mod tests {
             score in proptest::option::of(proptest::num::f64::ANY),
             flagged in proptest::option::of(proptest::bool::ANY),
             threshold in proptest::option::of(proptest::num::f64::ANY),
+            certified in proptest::option::of(proptest::bool::ANY),
             model_version in proptest::option::of(proptest::prelude::any::<u64>()),
             status in proptest::prop_oneof![
                 proptest::strategy::Just(ScoreStatus::Scored),
@@ -475,6 +483,7 @@ mod tests {
                 score,
                 flagged,
                 threshold,
+                certified,
                 model_version,
                 status,
                 meta: meta.map(|m| m.into_iter().collect()),

@@ -29,6 +29,9 @@ pub(super) struct ModelView {
     trained_at_ms: i64,
     window_sizes: WindowSizes,
     threshold: Option<f64>,
+    /// Whether `fpr_bound` certifies the FPR at confidence 1 − δ (umbrella, pu-umbrella); false
+    /// for oob and for a ranking-only model (`threshold = "none"`).
+    certified: bool,
     tau: Option<f64>,
     delta: Option<f64>,
     threshold_method: Option<ThresholdMethod>,
@@ -54,6 +57,7 @@ impl ModelView {
                 negative,
             },
             threshold: t.map(|t| t.threshold),
+            certified: t.is_some_and(|t| t.fpr_bound.is_some()),
             tau: t.map(|t| t.tau),
             delta: t.and_then(|t| t.delta),
             threshold_method: t.map(|t| t.method),

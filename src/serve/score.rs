@@ -123,15 +123,8 @@ fn score_timed(
     ts_given: &[bool],
 ) -> Result<Vec<ScoreOutput>, ApiError> {
     let started = Instant::now();
-    let out = score_batch(model, events, Some(ts_given)).map_err(|e| match e {
-        // A daemon model always has a threshold; one installed without is a server fault.
-        ScoringError::NoThreshold { .. } => ApiError::internal(format!(
-            "{e}: it cannot flag events; roll back or wait for a retrain"
-        )),
-        ScoringError::Dimension { .. } | ScoringError::Rows(_) => {
-            ApiError::internal(format!("cannot score: {e}"))
-        }
-    })?;
+    let out = score_batch(model, events, Some(ts_given))
+        .map_err(|e: ScoringError| ApiError::internal(format!("cannot score: {e}")))?;
     if !events.is_empty() {
         let per_event = started.elapsed().as_secs_f64() / events.len() as f64;
         for _ in events {

@@ -589,6 +589,7 @@ mod tests {
             score: Some(0.5),
             flagged: Some(true),
             threshold: Some(0.25),
+            certified: Some(true),
             model_version: Some(3),
             status: ScoreStatus::Scored,
             meta: None,
