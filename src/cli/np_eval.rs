@@ -1071,22 +1071,22 @@ mod tests {
         ]);
     }
 
+    /// Half the training positives labelled; the unlabeled rows' positive share (0.21 on
+    /// breast-cancer) in the prior interval.
+    const PU_FLAGS: [&str; 8] = [
+        "--pu-labeled-fraction",
+        "0.5",
+        "--prior-min",
+        "0.2",
+        "--prior-max",
+        "0.25",
+        "--seed",
+        "3",
+    ];
+
     #[test]
     fn tfpl_pu_umbrella_scaler_and_r_never_see_the_calibration_rows() {
-        tfpl_at_first_tau(&[
-            "--algo",
-            "tfpl",
-            "--tau",
-            "0.1",
-            "--pu-labeled-fraction",
-            "0.5",
-            "--prior-min",
-            "0.2",
-            "--prior-max",
-            "0.25",
-            "--seed",
-            "3",
-        ]);
+        tfpl_at_first_tau(&[&["--algo", "tfpl", "--tau", "0.1"][..], &PU_FLAGS].concat());
     }
 
     /// USMO at the first τ of `flags`, calibrating on `calibration_of`; returns its setup.
@@ -1109,25 +1109,8 @@ mod tests {
     /// feature has mean 0 and standard deviation 1.
     #[test]
     fn usmo_pu_umbrella_scaler_and_lambda_never_see_the_calibration_rows() {
-        let setup = usmo_at_first_tau(
-            &[
-                "--algo",
-                "usmo",
-                "--tau",
-                "0.1",
-                "--pu-labeled-fraction",
-                "0.5",
-                "--prior",
-                "0.22",
-                "--prior-min",
-                "0.2",
-                "--prior-max",
-                "0.25",
-                "--seed",
-                "3",
-            ],
-            held_out_rows,
-        );
+        let usmo = ["--algo", "usmo", "--tau", "0.1", "--prior", "0.22"];
+        let setup = usmo_at_first_tau(&[&usmo[..], &PU_FLAGS].concat(), held_out_rows);
         let training = setup.prep.data.rows.select(&setup.prep.rows);
         let m = training.as_dense().expect("dense rows");
         for column in m.columns() {
