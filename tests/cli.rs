@@ -1452,6 +1452,148 @@ fn tfpl_oob_and_usmo_umbrella_and_refusals() {
     );
 }
 
+/// What `train FLAGS` on `data` holds out to calibrate, by the library's own split (the flags
+/// parsed as the binary parses them), and the data as `train` labels it.
+fn train_split(data: &str, flags: &[&str]) -> (Vec<bool>, neyman::data::Dataset) {
+    use clap::Parser;
+    use neyman::cli::args::{Cli, Command};
+    let mut line = vec!["neyman", "train", "--data", data, "--out", "unused.model"];
+    line.extend_from_slice(flags);
+    let Command::Train(args) = Cli::try_parse_from(line).expect("valid flags").command else {
+        panic!("not train")
+    };
+    let mut data = neyman::data::read(&args.data.data, &args.data.read.options(false)).unwrap();
+    if let Some(fraction) = args.pu_labeled_fraction {
+        data.pu_relabel(fraction, args.seed).unwrap();
+    }
+    let learner = args.learner_spec().unwrap().check().unwrap();
+    let algorithm = learner.solver(data.rows.n_features()).unwrap();
+    let spec = learner.threshold_spec().expect("--tau");
+    (algorithm.held_out(&spec, &data).unwrap(), data)
+}
+
+/// Trains with `flags` on `data`; the model file's scaler.
+fn trained_scaler(dir: &TempDir, data: &Path, flags: &[&str]) -> neyman::data::Scaler {
+    let out = dir.path().join("scaled.model");
+    let mut args = vec!["train", "--data", s(data), "--out", s(&out)];
+    args.extend_from_slice(flags);
+    neyman(&args).ok();
+    let bytes = std::fs::read(&out).unwrap();
+    let file = neyman::learn::model::from_file_bytes(&bytes).unwrap();
+    file.model.scaler().clone()
+}
+
+/// Per feature: (mean, population standard deviation) of `rows` scaled by `scaler`, and the
+/// largest scaled row norm.
+fn scaled_moments(
+    scaler: &neyman::data::Scaler,
+    rows: &neyman::data::Rows,
+) -> (Vec<(f64, f64)>, f64) {
+    let scaled = scaler.transform(rows);
+    let m = scaled.as_dense().expect("dense rows");
+    let n = m.nrows() as f64;
+    let moments = m
+        .columns()
+        .into_iter()
+        .map(|c| {
+            let mean = c.sum() / n;
+            (mean, (c.mapv(|v| (v - mean).powi(2)).sum() / n).sqrt())
+        })
+        .collect();
+    let largest = m
+        .rows()
+        .into_iter()
+        .map(|r| r.dot(&r).sqrt())
+        .fold(0.0, f64::max);
+    (moments, largest)
+}
+
+/// `train --tau` splits before it scales: the stored scaler is the scorer's training rows' own.
+/// τ-FPL with umbrella holds out half the negatives; pushing them far out (features ×1000 +
+/// 1e4) leaves the stored scaler as it was, and on the training rows it centres every feature,
+/// gives every feature the same spread and the largest row norm 1. USMO with pu-umbrella holds
+/// out half the positives and unlabeled rows: its scaler gives the training rows mean 0 and
+/// standard deviation 1 exactly (fitted on every row it was off by the noise between the
+/// halves: a mean of 0.08 on one feature).
+#[test]
+fn train_fits_the_scaler_on_the_scorer_training_rows_only() {
+    let dir = TempDir::new().unwrap();
+    let tfpl = [
+        "--algo", "tfpl", "--tau", "0.1", "--reg", "0.01", "--seed", "4",
+    ];
+    let (held, data) = train_split(BREAST, &tfpl);
+    let n_held = held.iter().filter(|&&h| h).count();
+    assert_eq!(n_held, 222, "half of the 444 negatives");
+    let text = std::fs::read_to_string(BREAST).unwrap();
+    let mut moved = String::new();
+    for (i, line) in text.lines().enumerate() {
+        match i.checked_sub(1) {
+            Some(row) if held[row] => {
+                let (features, label) = line.rsplit_once(',').unwrap();
+                for v in features.split(',') {
+                    let v: f64 = v.parse().unwrap();
+                    moved.push_str(&format!("{},", 1e3 * v + 1e4));
+                }
+                moved.push_str(label);
+            }
+            _ => moved.push_str(line),
+        }
+        moved.push('\n');
+    }
+    let moved = write(&dir, "moved.csv", moved);
+    let scaler = trained_scaler(&dir, Path::new(BREAST), &tfpl);
+    assert_eq!(
+        trained_scaler(&dir, &moved, &tfpl),
+        scaler,
+        "the calibration rows moved the scaler"
+    );
+    let kept: Vec<usize> = (0..data.len()).filter(|&i| !held[i]).collect();
+    let (moments, largest) = scaled_moments(&scaler, &data.rows.select(&kept));
+    let spread = moments[0].1;
+    assert!(spread > 0.0);
+    for (mean, sd) in moments {
+        assert!(
+            mean.abs() < 1e-12 && (sd - spread).abs() < 1e-12,
+            "{mean} {sd} {spread}"
+        );
+    }
+    assert!((largest - 1.0).abs() < 1e-12, "largest norm {largest}");
+
+    let usmo = [
+        "--algo",
+        "usmo",
+        "--pu-labeled-fraction",
+        "0.5",
+        "--prior",
+        "0.21",
+        "--prior-min",
+        "0.2",
+        "--prior-max",
+        "0.22",
+        "--lambda",
+        "0.01",
+        "--tau",
+        "0.3",
+        "--seed",
+        "4",
+    ];
+    let (held, data) = train_split(BREAST, &usmo);
+    let kept: Vec<usize> = (0..data.len()).filter(|&i| !held[i]).collect();
+    assert!(
+        kept.len() > 300 && kept.len() < 400,
+        "{} training rows",
+        kept.len()
+    );
+    let scaler = trained_scaler(&dir, Path::new(BREAST), &usmo);
+    let (moments, _) = scaled_moments(&scaler, &data.rows.select(&kept));
+    for (mean, sd) in moments {
+        assert!(
+            mean.abs() < 1e-12 && (sd - 1.0).abs() < 1e-12,
+            "{mean} {sd}"
+        );
+    }
+}
+
 #[test]
 fn bench_projection_reports_medians_and_linear_visits() {
     for (n, fraction) in [("2000", "0.0001"), ("2000", "0.5"), ("3000", "1")] {

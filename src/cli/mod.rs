@@ -238,6 +238,13 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         Some(path) => Some(read_model(path)?),
         None => None,
     };
+    // The split comes first: the rows that calibrate the threshold shape neither the scorer
+    // nor its scaler.
+    let spec = learner.threshold_spec();
+    let held_out = match &spec {
+        Some(spec) => algorithm.held_out(spec, &data)?,
+        None => vec![false; data.len()],
+    };
     // A warm start keeps the previous scaler so its kernel values stay valid.
     let (scaler, previous_fit) = match &previous {
         Some(prev) if prev.n_features() != n_features => {
@@ -257,17 +264,16 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
                 )))
             }
         },
-        None => (learner.scaler(&data), None),
+        None => (learner.training_scaler(&data, &held_out), None),
     };
     let scaled = Dataset {
         rows: scaler.transform(&data.rows),
         labels: data.labels.clone(),
         ids: data.ids.clone(),
     };
-    let spec = learner.threshold_spec();
     let (fit, threshold) = with_spinner(args.quiet, "training", || match &spec {
         Some(spec) => algorithm
-            .fit_with_threshold(previous_fit.as_ref(), spec, &scaled, cancel)
+            .fit_with_held_out(previous_fit.as_ref(), spec, &scaled, &held_out, cancel)
             .map(|(f, t)| (f, Some(t))),
         None => algorithm
             .fit(previous_fit.as_ref(), &scaled, cancel)

@@ -6,6 +6,10 @@
 //!    the test part, the rest the training part. With `--pu-labeled-fraction` the training part
 //!    is PU-labelled (the test part keeps its true labels).
 //! 2. For every τ and method, using the training part only:
+//!    - First the split of the training part into the scorer's training rows and the rows that
+//!      calibrate the threshold (none for `oob`). The scaler is fitted on the scorer's training
+//!      rows only, as `train` does, and every hyper-parameter (R, λ) is chosen on them: the
+//!      calibration rows shape nothing but the threshold.
 //!    - **tfpl**: features scaled as `train` does (`--scale`, then divided by the largest training
 //!      row norm, docs/tau-fpl.md §6.15); the test rows get the same scaler. R comes from
 //!      [`crate::learn::tune::choose_reg`]: 1e-6 … 10 in decades, `--cv`-fold (default 5)
@@ -14,12 +18,11 @@
 //!      grid extended by a decade past a boundary optimum strictly better than its neighbour, at
 //!      most twice, fits warm-started along the grid from large to small R and stopped at a
 //!      gain-relative duality gap of [`CV_TOL`] unless `--tol`. `--reg` fixes R and skips the CV.
-//!      The CV only sees the rows the scorer will be trained on, so rows held out to calibrate an
-//!      umbrella threshold stay unseen. Then τ-FPL (ranking at `--rank-tau`, default τ) is trained
-//!      with that R and its threshold calibrated per `--threshold`
-//!      ([`crate::learn::calibrate::Algorithm::fit_with_threshold`]).
-//!    - **usmo**: λ as in the PU evaluation (3-fold CV of the PU risk, or `--lambda`; it does not
-//!      depend on τ), then the threshold per `--threshold`.
+//!      Then τ-FPL (ranking at `--rank-tau`, default τ) is trained with that R and its threshold
+//!      calibrated per `--threshold` ([`crate::learn::calibrate::Algorithm::fit_with_held_out`]).
+//!    - **usmo**: λ as in the PU evaluation (3-fold CV of the PU risk on the training rows'
+//!      positives and unlabeled rows, or `--lambda`; it does not depend on τ), then the
+//!      threshold per `--threshold`.
 //!    - **bs-svm** / **cs-svm-oob** (`--compare`): see [`super::baselines`].
 //! 3. On the test part: FPR on the negatives, TPR on the positives (positive iff score >
 //!    threshold) and NP-score max(FPR, τ)/τ − TPR.
@@ -71,10 +74,10 @@ use super::eval::{choose_lambda, run_repeats, stratified_split, transductive};
 use super::np_cells::{Cell, Method, Plan, TestPart};
 use super::plot::{roc_points, write_roc_svg, RocCurve, RocPlot};
 use super::{read_data, tfpl_params, usmo_params, with_spinner, CliError};
-use crate::data::{Dataset, Label, Rows};
+use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::{f1_for, mean_sd, np_score, Confusion, F1Class};
-use crate::learn::spec::{tfpl_scaler, usmo_scaler, Algorithm, Fit};
+use crate::learn::spec::{tfpl_scaler, training_rows, usmo_scaler, Algorithm, Fit, ThresholdSpec};
 use crate::learn::threshold::{calibration_split, OobRule, ThresholdError, ThresholdMethod};
 use crate::learn::tune::{choose_reg, TuneError};
 
@@ -171,6 +174,149 @@ fn refusal(test: &TestPart, hyper: f64, method: ThresholdMethod, reason: &Calibr
     }
 }
 
+/// A split's training part made ready for one threshold spec. The split into the scorer's
+/// training rows and the rows that calibrate comes first; the scaler is fitted on the training
+/// rows only, and so is every hyper-parameter ([`Setup`]): the calibration rows shape nothing
+/// but the threshold.
+struct Prepared {
+    /// `true` for the rows that calibrate ([`Algorithm::held_out`]).
+    held_out: Vec<bool>,
+    /// The scorer's training rows (the others of `held_out`).
+    rows: Vec<usize>,
+    /// Every row of the part, scaled.
+    data: Dataset,
+    /// The test rows, scaled alike.
+    test_rows: Rows,
+}
+
+impl Prepared {
+    /// `part` split per `spec` for `algorithm` (the split does not depend on its
+    /// hyper-parameters), scaled by `fit_scaler` of its training rows.
+    fn new(
+        algorithm: &Algorithm,
+        spec: &ThresholdSpec,
+        part: &Dataset,
+        test_rows: &Rows,
+        fit_scaler: impl Fn(&Dataset) -> Scaler,
+    ) -> Result<Prepared, CliError> {
+        let held_out = algorithm.held_out(spec, part)?;
+        let rows = training_rows(&held_out);
+        let scaler = fit_scaler(&part.select(&rows));
+        Ok(Prepared {
+            data: scaled(part, scaler.transform(&part.rows)),
+            test_rows: scaler.transform(test_rows),
+            held_out,
+            rows,
+        })
+    }
+}
+
+/// A method's scorer at one τ, ready to train: the prepared part and the solver with the
+/// hyper-parameter chosen on its training rows.
+struct Setup {
+    prep: Prepared,
+    spec: ThresholdSpec,
+    algorithm: Algorithm,
+    /// R (tfpl) or λ (usmo).
+    hyper: f64,
+    /// The cross-validation's fit at that hyper-parameter: a warm start.
+    warm: Option<Fit>,
+}
+
+impl Setup {
+    /// Trains the scorer on the training rows, calibrates its threshold on the held-out ones
+    /// and scores the test part: the cell, or a refusal when τ cannot be certified.
+    fn cell(&self, test: &TestPart, cancel: &AtomicBool) -> Result<Cell, CliError> {
+        let (prep, spec) = (&self.prep, &self.spec);
+        let fitted = self.algorithm.fit_with_held_out(
+            self.warm.as_ref(),
+            spec,
+            &prep.data,
+            &prep.held_out,
+            cancel,
+        );
+        let (fit, threshold) = match fitted {
+            Err(e) if is_refusal(&e) => {
+                return Ok(refusal(test, self.hyper, spec.method_for(&prep.data), &e))
+            }
+            other => other?,
+        };
+        let mut cell = test.cell(
+            &fit.scores(&prep.test_rows),
+            spec.tau,
+            threshold.threshold,
+            threshold_name(threshold.method),
+            self.hyper,
+        );
+        cell.fpr_bound = threshold.fpr_bound;
+        cell.converged = fit.converged();
+        Ok(cell)
+    }
+}
+
+/// The training part τ-FPL splits: only pu-umbrella knows unlabeled rows; the other methods
+/// count them as negatives.
+fn tfpl_part<'a>(plan: &Plan, train: &'a Dataset) -> Cow<'a, Dataset> {
+    if plan.threshold == ThresholdMethod::PuUmbrella {
+        Cow::Borrowed(train)
+    } else {
+        Cow::Owned(unlabeled_as_negative(train))
+    }
+}
+
+/// τ-FPL at τ number `t` on `part` ([`tfpl_part`]): R by cross-validation on the training rows
+/// unless `--reg`.
+fn tfpl_setup(
+    plan: &Plan,
+    part: &Dataset,
+    test_rows: &Rows,
+    t: usize,
+    seed: u64,
+    cancel: &AtomicBool,
+) -> Result<Setup, CliError> {
+    let args = plan.args;
+    let (tau, rank_tau) = (plan.taus[t], plan.rank_taus[t]);
+    let n_features = part.rows.n_features();
+    let spec = plan.spec(tau, seed);
+    let at = |reg| -> Result<Algorithm, CliError> {
+        Ok(Algorithm::Tfpl(tfpl_params(
+            &args.model,
+            rank_tau,
+            reg,
+            n_features,
+        )?))
+    };
+    let kind = args.model.scale.into();
+    let prep = Prepared::new(
+        &at(args.model.reg.unwrap_or(1.0))?,
+        &spec,
+        part,
+        test_rows,
+        |rows| tfpl_scaler(kind, rows),
+    )?;
+    let (reg, warm) = match args.model.reg {
+        Some(reg) => (reg, None),
+        None => {
+            let mut probe = (*tfpl_params(&args.model, rank_tau, 1.0, n_features)?).clone();
+            probe.tol = args.model.tol.unwrap_or(CV_TOL);
+            let cv_data = unlabeled_as_negative(&prep.data.select(&prep.rows));
+            let seed = seed ^ CV_SALT;
+            let choice = choose_reg(&probe, &cv_data, tau, plan.folds, seed, cancel)?;
+            for (&(reg, criterion), iterations) in choice.tried.iter().zip(&choice.iterations) {
+                tracing::debug!(reg, criterion, iterations, "tau-FPL cross-validation");
+            }
+            (choice.reg, Some(Fit::Tfpl(choice.warm_start)))
+        }
+    };
+    Ok(Setup {
+        algorithm: at(reg)?,
+        prep,
+        spec,
+        hyper: reg,
+        warm,
+    })
+}
+
 /// tfpl on one split: a cell per τ.
 fn tfpl_cells(
     plan: &Plan,
@@ -180,66 +326,89 @@ fn tfpl_cells(
     seed: u64,
     cancel: &AtomicBool,
 ) -> Result<Vec<Cell>, CliError> {
-    let args = plan.args;
-    let n_features = train.rows.n_features();
-    let scaler = tfpl_scaler(args.model.scale.into(), train);
-    let mut data = scaled(train, scaler.transform(&train.rows));
-    // Only pu-umbrella knows unlabeled rows; the other methods count them as negatives.
-    if plan.threshold != ThresholdMethod::PuUmbrella {
-        data = unlabeled_as_negative(&data);
-    }
-    let test_rows = scaler.transform(test_rows);
-    let mut cells = Vec::with_capacity(plan.taus.len());
-    for (&tau, &rank_tau) in plan.taus.iter().zip(&plan.rank_taus) {
-        let spec = plan.spec(tau, seed);
-        let (reg, warm) = match args.model.reg {
-            Some(reg) => (reg, None),
-            None => {
-                let mut probe = (*tfpl_params(&args.model, rank_tau, 1.0, n_features)?).clone();
-                probe.tol = args.model.tol.unwrap_or(CV_TOL);
-                let algorithm = Algorithm::Tfpl(
-                    probe
-                        .clone()
-                        .check()
-                        .map_err(|e| CliError::Usage(e.to_string()))?,
-                );
-                let rows = algorithm.scorer_rows(&spec, &data)?;
-                let cv_data = unlabeled_as_negative(&data.select(&rows));
-                let seed = seed ^ CV_SALT;
-                let choice = choose_reg(&probe, &cv_data, tau, plan.folds, seed, cancel)?;
-                for (&(reg, criterion), iterations) in choice.tried.iter().zip(&choice.iterations) {
-                    tracing::debug!(reg, criterion, iterations, "tau-FPL cross-validation");
-                }
-                (choice.reg, Some(Fit::Tfpl(choice.warm_start)))
-            }
-        };
-        let algorithm = Algorithm::Tfpl(tfpl_params(&args.model, rank_tau, reg, n_features)?);
-        let (fit, threshold) =
-            match algorithm.fit_with_threshold(warm.as_ref(), &spec, &data, cancel) {
-                Err(e) if is_refusal(&e) => {
-                    cells.push(refusal(test, reg, spec.method_for(&data), &e));
-                    continue;
-                }
-                other => other?,
-            };
-        let mut scores = vec![0.0; test_rows.n_rows()];
-        fit.expansion().decision_batch(&test_rows, &mut scores);
-        let mut cell = test.cell(
-            &scores,
-            tau,
-            threshold.threshold,
-            threshold_name(threshold.method),
-            reg,
-        );
-        cell.fpr_bound = threshold.fpr_bound;
-        cell.converged = fit.converged();
-        cells.push(cell);
-    }
-    Ok(cells)
+    let part = tfpl_part(plan, train);
+    (0..plan.taus.len())
+        .map(|t| tfpl_setup(plan, &part, test_rows, t, seed, cancel)?.cell(test, cancel))
+        .collect()
 }
 
-/// usmo on one split (`pu_train` is the PU-labelled training part, `train` its true labels): a
-/// cell per τ.
+/// The training part USMO splits (`pu_train` is the PU-labelled training part, `train` its true
+/// labels): the PU labels, and with `umbrella` its calibration negatives labelled −1.
+fn usmo_part(
+    plan: &Plan,
+    train: &Dataset,
+    pu_train: &Dataset,
+    seed: u64,
+) -> Result<Dataset, CliError> {
+    let mut data = pu_train.clone();
+    if plan.threshold == ThresholdMethod::Umbrella {
+        // USMO ignores negatives when training, so known negatives calibrate without being seen.
+        let negatives = train.indices_of(Label::Negative);
+        let fraction = plan.args.threshold.calibration_fraction;
+        let (_, held) = calibration_split(&negatives, fraction, seed)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        for i in held {
+            data.labels[i] = Label::Negative;
+        }
+    }
+    Ok(data)
+}
+
+/// USMO at `tau` on `data` ([`usmo_part`]): λ by cross-validation on the training rows'
+/// positives and unlabeled rows (what USMO trains on) unless `--lambda`. λ does not depend on τ:
+/// `chosen` keeps it for the training rows it was chosen on (one set per split, as the
+/// calibration split depends on the seed and the calibration fraction only).
+fn usmo_setup(
+    plan: &Plan,
+    data: &Dataset,
+    test_rows: &Rows,
+    tau: f64,
+    seed: u64,
+    chosen: &mut Option<(Vec<usize>, f64)>,
+    cancel: &AtomicBool,
+) -> Result<Setup, CliError> {
+    let args = plan.args;
+    let spec = plan.spec(tau, seed);
+    let at = |lambda| -> Result<Algorithm, CliError> {
+        Ok(Algorithm::Usmo(usmo_params(
+            &args.model,
+            lambda,
+            data.rows.n_features(),
+        )?))
+    };
+    let kind = args.model.scale.into();
+    let prep = Prepared::new(
+        &at(args.model.lambda.unwrap_or(1e-2))?,
+        &spec,
+        data,
+        test_rows,
+        |rows| usmo_scaler(kind, rows),
+    )?;
+    let lambda = match (args.model.lambda, &*chosen) {
+        (Some(lambda), _) => lambda,
+        (None, Some((rows, lambda))) if *rows == prep.rows => *lambda,
+        (None, _) => {
+            let cv_rows: Vec<usize> = prep
+                .rows
+                .iter()
+                .copied()
+                .filter(|&i| data.labels[i] != Label::Negative)
+                .collect();
+            let lambda = choose_lambda(args, &data.select(&cv_rows), seed, cancel)?;
+            *chosen = Some((prep.rows.clone(), lambda));
+            lambda
+        }
+    };
+    Ok(Setup {
+        algorithm: at(lambda)?,
+        prep,
+        spec,
+        hyper: lambda,
+        warm: None,
+    })
+}
+
+/// usmo on one split: a cell per τ.
 fn usmo_cells(
     plan: &Plan,
     train: &Dataset,
@@ -249,49 +418,14 @@ fn usmo_cells(
     seed: u64,
     cancel: &AtomicBool,
 ) -> Result<Vec<Cell>, CliError> {
-    let args = plan.args;
-    let lambda = match args.model.lambda {
-        Some(l) => l,
-        None => choose_lambda(args, pu_train, seed, cancel)?,
-    };
-    let mut data = pu_train.clone();
-    if plan.threshold == ThresholdMethod::Umbrella {
-        // USMO ignores negatives when training, so known negatives calibrate without being seen.
-        let negatives = train.indices_of(Label::Negative);
-        let (_, held) = calibration_split(&negatives, args.threshold.calibration_fraction, seed)
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-        for i in held {
-            data.labels[i] = Label::Negative;
-        }
-    }
-    let scaler = usmo_scaler(args.model.scale.into(), &data);
-    let data = scaled(&data, scaler.transform(&data.rows));
-    let test_rows = scaler.transform(test_rows);
-    let algorithm = Algorithm::Usmo(usmo_params(&args.model, lambda, data.rows.n_features())?);
-    let mut cells = Vec::with_capacity(plan.taus.len());
-    for &tau in &plan.taus {
-        let spec = plan.spec(tau, seed);
-        let (fit, threshold) = match algorithm.fit_with_threshold(None, &spec, &data, cancel) {
-            Err(e) if is_refusal(&e) => {
-                cells.push(refusal(test, lambda, spec.method_for(&data), &e));
-                continue;
-            }
-            other => other?,
-        };
-        let mut scores = vec![0.0; test_rows.n_rows()];
-        fit.expansion().decision_batch(&test_rows, &mut scores);
-        let mut cell = test.cell(
-            &scores,
-            tau,
-            threshold.threshold,
-            threshold_name(threshold.method),
-            lambda,
-        );
-        cell.fpr_bound = threshold.fpr_bound;
-        cell.converged = fit.converged();
-        cells.push(cell);
-    }
-    Ok(cells)
+    let data = usmo_part(plan, train, pu_train, seed)?;
+    let mut chosen = None;
+    plan.taus
+        .iter()
+        .map(|&tau| {
+            usmo_setup(plan, &data, test_rows, tau, seed, &mut chosen, cancel)?.cell(test, cancel)
+        })
+        .collect()
 }
 
 /// One split's cells, indexed [τ][method], and its test truth (kept for the plot of split 0).
@@ -832,5 +966,193 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::args::{Cli, Command};
+
+    const BREAST: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/breast_cancer_wisconsin.csv"
+    );
+
+    /// The plan of `neyman eval --data BREAST FLAGS...`.
+    fn eval_args(flags: &[&str]) -> EvalArgs {
+        let mut line = vec!["neyman", "eval", "--data", BREAST];
+        line.extend_from_slice(flags);
+        match Cli::try_parse_from(line).expect("valid flags").command {
+            Command::Eval(args) => args,
+            other => panic!("not eval: {other:?}"),
+        }
+    }
+
+    /// Split 0 of `args` on breast-cancer as [`run_split`] draws it: the training part with its
+    /// true labels, the same PU-labelled (`--pu-labeled-fraction`), and the test rows.
+    fn split_zero(args: &EvalArgs) -> (Dataset, Dataset, Rows) {
+        let data = read_data(&args.data).expect("breast-cancer");
+        let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+        let (train_idx, test_idx) = stratified_split(&data, args.test_fraction, &mut rng);
+        let train = data.select(&train_idx);
+        let mut pu_train = train.clone();
+        if let Some(fraction) = args.pu_labeled_fraction {
+            pu_train.pu_relabel(fraction, args.seed).expect("PU labels");
+        }
+        (train, pu_train, data.rows.select(&test_idx))
+    }
+
+    /// The rows a setup holds out to calibrate.
+    fn held_out_rows(setup: &Setup, _: &Dataset) -> Vec<usize> {
+        let held = &setup.prep.held_out;
+        (0..held.len()).filter(|&i| held[i]).collect()
+    }
+
+    /// `setup` of `part`, and again of `part` with its calibration rows (`calibration_of` the
+    /// first setup) pushed far out (features ×1000 + 1e4): the split, the scaled training and
+    /// test rows (so the scaler) and the hyper-parameter are the same, while the scaled
+    /// calibration rows moved. Returns the first setup.
+    fn only_the_threshold_sees_the_calibration_rows(
+        part: &Dataset,
+        calibration_of: fn(&Setup, &Dataset) -> Vec<usize>,
+        setup: impl Fn(&Dataset) -> Setup,
+    ) -> Setup {
+        let first = setup(part);
+        let held = &first.prep.held_out;
+        let calibration = calibration_of(&first, part);
+        assert!(
+            calibration.len() > 50,
+            "{} calibration rows",
+            calibration.len()
+        );
+        let mut moved = part.clone();
+        let Rows::Dense(m) = &mut moved.rows else {
+            panic!("dense rows")
+        };
+        for &i in &calibration {
+            m.row_mut(i).mapv_inplace(|v| 1e3 * v + 1e4);
+        }
+        let second = setup(&moved);
+        assert_eq!(&second.prep.held_out, held);
+        assert_eq!(first.hyper, second.hyper, "the hyper-parameter moved");
+        let others: Vec<usize> = (0..part.len())
+            .filter(|i| calibration.binary_search(i).is_err())
+            .collect();
+        let training = |s: &Setup| s.prep.data.rows.select(&others);
+        assert_eq!(training(&first), training(&second), "the scaler moved");
+        assert_eq!(
+            first.prep.test_rows, second.prep.test_rows,
+            "the scaler moved"
+        );
+        let calibrating = |s: &Setup| s.prep.data.rows.select(&calibration);
+        assert_ne!(calibrating(&first), calibrating(&second));
+        first
+    }
+
+    fn tfpl_at_first_tau(flags: &[&str]) {
+        let args = eval_args(flags);
+        let plan = plan(&args).expect("plan");
+        let (train, pu_train, test_rows) = split_zero(&args);
+        let labelled = if args.pu_labeled_fraction.is_some() {
+            &pu_train
+        } else {
+            &train
+        };
+        let part = tfpl_part(&plan, labelled);
+        let cancel = AtomicBool::new(false);
+        only_the_threshold_sees_the_calibration_rows(&part, held_out_rows, |part| {
+            tfpl_setup(&plan, part, &test_rows, 0, args.seed, &cancel).expect("setup")
+        });
+    }
+
+    #[test]
+    fn tfpl_umbrella_scaler_and_r_never_see_the_calibration_negatives() {
+        tfpl_at_first_tau(&[
+            "--algo",
+            "tfpl",
+            "--tau",
+            "0.1",
+            "--threshold",
+            "umbrella",
+            "--seed",
+            "3",
+        ]);
+    }
+
+    /// Half the training positives labelled; the unlabeled rows' positive share (0.21 on
+    /// breast-cancer) in the prior interval.
+    const PU_FLAGS: [&str; 8] = [
+        "--pu-labeled-fraction",
+        "0.5",
+        "--prior-min",
+        "0.2",
+        "--prior-max",
+        "0.25",
+        "--seed",
+        "3",
+    ];
+
+    #[test]
+    fn tfpl_pu_umbrella_scaler_and_r_never_see_the_calibration_rows() {
+        tfpl_at_first_tau(&[&["--algo", "tfpl", "--tau", "0.1"][..], &PU_FLAGS].concat());
+    }
+
+    /// USMO at the first τ of `flags`, calibrating on `calibration_of`; returns its setup.
+    fn usmo_at_first_tau(
+        flags: &[&str],
+        calibration_of: fn(&Setup, &Dataset) -> Vec<usize>,
+    ) -> Setup {
+        let args = eval_args(flags);
+        let plan = plan(&args).expect("plan");
+        let (train, pu_train, test_rows) = split_zero(&args);
+        let data = usmo_part(&plan, &train, &pu_train, args.seed).expect("part");
+        let cancel = AtomicBool::new(false);
+        only_the_threshold_sees_the_calibration_rows(&data, calibration_of, |part| {
+            let tau = plan.taus[0];
+            usmo_setup(&plan, part, &test_rows, tau, args.seed, &mut None, &cancel).expect("setup")
+        })
+    }
+
+    /// USMO's scaler is the training rows' own: on them (no negatives under pu-umbrella) every
+    /// feature has mean 0 and standard deviation 1.
+    #[test]
+    fn usmo_pu_umbrella_scaler_and_lambda_never_see_the_calibration_rows() {
+        let usmo = ["--algo", "usmo", "--tau", "0.1", "--prior", "0.22"];
+        let setup = usmo_at_first_tau(&[&usmo[..], &PU_FLAGS].concat(), held_out_rows);
+        let training = setup.prep.data.rows.select(&setup.prep.rows);
+        let m = training.as_dense().expect("dense rows");
+        for column in m.columns() {
+            let n = column.len() as f64;
+            let mean = column.sum() / n;
+            let sd = (column.mapv(|v| (v - mean).powi(2)).sum() / n).sqrt();
+            assert!(mean.abs() < 1e-9 && (sd - 1.0).abs() < 1e-9, "{mean} {sd}");
+        }
+    }
+
+    /// With umbrella, USMO calibrates on every negative of its part (it never trains on them):
+    /// they were kept out of its scaler already, and now out of the λ cross-validation too,
+    /// which counted them as unlabeled rows.
+    #[test]
+    fn usmo_umbrella_lambda_never_sees_the_calibration_negatives() {
+        usmo_at_first_tau(
+            &[
+                "--algo",
+                "usmo",
+                "--tau",
+                "0.1",
+                "--threshold",
+                "umbrella",
+                "--pu-labeled-fraction",
+                "0.5",
+                "--prior",
+                "0.3",
+                "--seed",
+                "3",
+            ],
+            |_, part| part.indices_of(Label::Negative),
+        );
     }
 }

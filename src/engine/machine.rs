@@ -10,9 +10,10 @@
 //! Choices where the spec is silent (also in the README):
 //! - Calibration events (`fnv1a64(id) mod 100 < calibration_percent`) stay in the windows but
 //!   never train; USMO calibrates `umbrella` on every negative, since it never trains on them.
-//! - The scaler is fitted on the first training snapshot and kept while training warm-starts,
-//!   because a warm start needs every kept id to keep its features; a cold start (first model,
-//!   or after a restart without a resumable model) fits it anew.
+//! - The scaler is fitted on the first training snapshot's training events (never the held-out
+//!   ones that calibrate) and kept while training warm-starts, because a warm start needs every
+//!   kept id to keep its features; a cold start (first model, or after a restart without a
+//!   resumable model) fits it anew.
 //! - An id seen on several channels trains with its labelled channel (positive, then negative);
 //!   its unlabeled copy is left out of the snapshot.
 //! - Negatives join training (τ-FPL positive vs negative) and make `umbrella` the default
@@ -777,8 +778,8 @@ impl Engine {
     }
 
     /// Everything a retrain needs, copied out of the windows: the snapshot (scaled by the
-    /// kept scaler, fitted here on the first one), the checked solver, the threshold spec and
-    /// the warm start.
+    /// kept scaler, fitted here on the first one's training events), the checked solver, the
+    /// threshold spec and the warm start.
     fn prepare_retrain(&mut self, started: Instant) -> Result<RetrainJob, RetrainOutcome> {
         let Some(n_features) = self.dim else {
             return Err(RetrainOutcome::Failed {
@@ -803,8 +804,10 @@ impl Engine {
                 .map_err(|e| RetrainOutcome::Failed {
                     detail: e.to_string(),
                 })?;
+        // Fitted on the training events only: held-out events calibrate the threshold, and
+        // they are the same events on every retrain, so a kept scaler never saw one either.
         let learner = self.learner.get_or_insert_with(|| Learner {
-            scaler: spec.scaler(&snapshot.data),
+            scaler: spec.training_scaler(&snapshot.data, &snapshot.held_out),
             previous: None,
         });
         let scaled = Dataset {
@@ -1586,6 +1589,72 @@ mod tests {
         let n = e.dimension().expect("locked");
         let snapshot = e.training_snapshot(n).expect("snapshot");
         assert!(snapshot.held_out.iter().all(|&h| !h));
+    }
+
+    /// The first retrain's scaler is fitted on the training events alone: calibration events
+    /// far out (features near 1e4) leave it at the training events' own mean and standard
+    /// deviation (the job's scaler is the one its model stores).
+    #[test]
+    fn the_retrain_scaler_is_fitted_on_the_training_events_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // No retrain starts by itself: the test prepares the first one.
+        let (mut e, _) = engine(dir.path(), "min_positive = 1000");
+        let percent = e.config.model.calibration_percent;
+        let mut training: Vec<[f64; 3]> = Vec::new();
+        for i in 0..600_i64 {
+            let (channel, id) = if i % 4 == 0 {
+                (Channel::Positive, format!("p{i}"))
+            } else {
+                (Channel::Unlabeled, format!("u{i}"))
+            };
+            let k = i as f64;
+            let x = if in_calibration(&id, percent) {
+                [1e4 + k, -3e4, 5e3 * (k % 2.0)]
+            } else {
+                let x = [k % 7.0, -(k % 5.0), 0.25 * (k % 3.0)];
+                training.push(x);
+                x
+            };
+            let ts = 1_000_000 + i;
+            let payload = format!(
+                "{{\"id\":\"{id}\",\"ts\":{ts},\"x\":[{},{},{}]}}",
+                x[0], x[1], x[2]
+            );
+            let record = Record::new(channel, ts, Some(id), payload.into_bytes());
+            e.handle(&record).expect("handled");
+        }
+        let n = training.len() as f64;
+        assert!(n > 300.0 && n < 500.0, "{n} training events of 600");
+        let job = e.prepare_retrain(Instant::now()).expect("a retrain job");
+        // Per feature: the training events' mean maps to 0 and mean + sd to 1.
+        let mean: Vec<f64> = (0..3)
+            .map(|j| training.iter().map(|x| x[j]).sum::<f64>() / n)
+            .collect();
+        let sd: Vec<f64> = (0..3)
+            .map(|j| {
+                let ss: f64 = training.iter().map(|x| (x[j] - mean[j]).powi(2)).sum();
+                (ss / n).sqrt()
+            })
+            .collect();
+        let scaled = |x: &[f64]| {
+            let mut out = [0.0; 3];
+            job.scaler
+                .transform_row_into(crate::data::RowRef::Dense(x), &mut out);
+            out
+        };
+        let plus_sd: Vec<f64> = mean.iter().zip(&sd).map(|(m, s)| m + s).collect();
+        for (got, want) in [(scaled(&mean), 0.0), (scaled(&plus_sd), 1.0)] {
+            assert!(
+                got.iter().all(|v| (v - want).abs() < 1e-9),
+                "{got:?}, want {want} (mean {mean:?}, sd {sd:?})"
+            );
+        }
+        // The same scaler as fitted on the snapshot's rows that are not held out.
+        let snapshot = &job.snapshot;
+        let kept = crate::learn::spec::training_rows(&snapshot.held_out);
+        assert_eq!(kept.len() as f64, n);
+        let spec = e.config.model.learner_spec().check().expect("spec");
+        assert_eq!(job.scaler, spec.scaler(&snapshot.data.select(&kept)));
     }
 
     /// A three-feature event on `channel` at event time `ts`.

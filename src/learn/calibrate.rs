@@ -63,6 +63,22 @@ impl Algorithm {
         })
     }
 
+    /// [`Algorithm::scorer_rows`] as a mask over `data`'s rows: `true` for a row that
+    /// calibrates (never trains) under `spec`. Callers split first and fit the feature scaler
+    /// and any hyper-parameter on the rows left `false`, then pass the same mask to
+    /// [`Algorithm::fit_with_held_out`].
+    pub fn held_out(
+        &self,
+        spec: &ThresholdSpec,
+        data: &Dataset,
+    ) -> Result<Vec<bool>, CalibrateError> {
+        let mut held_out = vec![true; data.len()];
+        for i in self.scorer_rows(spec, data)? {
+            held_out[i] = false;
+        }
+        Ok(held_out)
+    }
+
     /// (training rows, calibration negatives) of the umbrella method.
     fn umbrella_split(
         &self,
@@ -96,10 +112,7 @@ impl Algorithm {
                 "the prior interval of the unlabeled data (prior_min and prior_max)",
             ));
         }
-        let mut held_out = vec![true; data.len()];
-        for i in self.scorer_rows(spec, data)? {
-            held_out[i] = false;
-        }
+        let held_out = self.held_out(spec, data)?;
         self.fit_with_held_out(previous, spec, data, &held_out, cancel)
     }
 

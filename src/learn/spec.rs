@@ -330,6 +330,13 @@ impl Learner {
         }
     }
 
+    /// The training scaler fitted on the rows of `data` that are not `held_out` (the mask of
+    /// [`Algorithm::held_out`]), so the rows that calibrate a threshold never shape the
+    /// features the scorer sees.
+    pub fn training_scaler(&self, data: &Dataset, held_out: &[bool]) -> Scaler {
+        self.scaler(&data.select(&training_rows(held_out)))
+    }
+
     /// The threshold settings as the calibration takes them, if a threshold is wanted.
     pub fn threshold_spec(&self) -> Option<ThresholdSpec> {
         Some(self.threshold.as_ref()?.spec(self.seed))
@@ -411,9 +418,9 @@ pub fn usmo_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
     Scaler::fit(kind, &data.rows.select(&train))
 }
 
-/// The τ-FPL training scaler: fitted on every row, then divided by the largest scaled row
-/// norm, so ‖x‖ ≤ 1 on the training rows (docs/tau-fpl.md §6.15) and one R grid suits every
-/// data set.
+/// The τ-FPL training scaler: fitted on every row of `data` (the scorer's training rows, never
+/// those that calibrate its threshold), then divided by the largest scaled row norm, so
+/// ‖x‖ ≤ 1 on the training rows (docs/tau-fpl.md §6.15) and one R grid suits every data set.
 pub fn tfpl_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
     let scaler = Scaler::fit(kind, &data.rows);
     let largest = scaler
@@ -427,6 +434,11 @@ pub fn tfpl_scaler(kind: ScaleKind, data: &Dataset) -> Scaler {
     } else {
         scaler
     }
+}
+
+/// The indices of the rows that are not `held_out`: the scorer's training rows.
+pub fn training_rows(held_out: &[bool]) -> Vec<usize> {
+    (0..held_out.len()).filter(|&i| !held_out[i]).collect()
 }
 
 /// A checked solver of any algorithm.
