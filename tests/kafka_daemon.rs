@@ -408,7 +408,12 @@ fn kill_9_then_restart_resumes_from_the_committed_offsets_with_the_same_windows(
     let unlabeled_before = count(before, Channel::Unlabeled);
     let state = dir.path().join("state");
 
-    let mut daemon = Daemon::start(&broker, &state, &FAST);
+    // Retrains every 100 window events. The topics arrive in any order: the first retrain may
+    // see every positive and unlabeled event of the first part but no negatives yet, and its
+    // pu-umbrella threshold on 61 held-out positives flags none of them, which the gate
+    // refuses. The next one, once the 254 negatives are in, uses the umbrella.
+    let env = [FAST[0], FAST[1], ("NEYMAN_RETRAIN_EVERY_EVENTS", "100")];
+    let mut daemon = Daemon::start(&broker, &state, &env);
     daemon.wait_for("the first part handled and a model active", |m| {
         let scored = total(m, "neyman_events_total", "outcome=\"scored\"");
         scored >= unlabeled_before as f64 && sample(m, "neyman_model_version").unwrap_or(0.0) >= 1.0
@@ -431,7 +436,7 @@ fn kill_9_then_restart_resumes_from_the_committed_offsets_with_the_same_windows(
 
     // Restarted on the same state: the windows are rebuilt from the committed offsets before
     // anything new arrives, and the first retrain trains on them.
-    let mut restarted = Daemon::start(&broker, &state, &FAST);
+    let mut restarted = Daemon::start(&broker, &state, &env);
     restarted.wait_for("the windows restored", |m| {
         ["positive", "unlabeled", "negative"]
             .iter()
@@ -642,6 +647,9 @@ fn a_trainer_publishes_a_large_model_and_a_scorer_takes_over_from_a_killed_one()
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let four = [("NEYMAN_KAFKA_PARTITIONS", "4")];
+    // τ = 20 %: 90 held-out positives and 450 unlabeled rows certify a threshold that flags
+    // positives (at 5 % the certified one flags none, and the gate refuses such a model).
+    let tau = ("NEYMAN_MODEL_TAU", "0.2");
     let records = pu_stream(240, 300, 3000, 0.38);
     let (first, second) = records.split_at(300 + 1500);
     publish(&broker, dir.path(), first, &four);
@@ -652,13 +660,14 @@ fn a_trainer_publishes_a_large_model_and_a_scorer_takes_over_from_a_killed_one()
         &dir.path().join("trainer"),
         &[
             four[0],
+            tau,
             ("NEYMAN_KAFKA_ROLE", "trainer"),
             // The first retrain sees the whole first half (see the oversize test below).
             ("NEYMAN_RETRAIN_MIN_POSITIVE", "300"),
             ("NEYMAN_RETRAIN_MIN_UNLABELED", "1500"),
         ],
     );
-    let scorer = [("NEYMAN_KAFKA_ROLE", "scorer"), four[0]];
+    let scorer = [("NEYMAN_KAFKA_ROLE", "scorer"), four[0], tau];
     let mut a = Daemon::start(&broker, &dir.path().join("a"), &scorer);
     let mut b = Daemon::start(&broker, &dir.path().join("b"), &scorer);
     // Both scorers install the trainer's model from the models topic and share the first half.
@@ -727,6 +736,8 @@ fn a_model_over_model_max_bytes_is_not_published_and_is_counted() {
         &[
             ("NEYMAN_KAFKA_ROLE", "trainer"),
             ("NEYMAN_KAFKA_MODEL_MAX_BYTES", "200000"),
+            // As above: a τ at which this stream's model flags positives.
+            ("NEYMAN_MODEL_TAU", "0.2"),
             // The one retrain sees the whole stream: an earlier one, on whatever part had
             // arrived, may have too little calibration data to certify, and then no model
             // reaches the size check.
