@@ -21,8 +21,8 @@ use crate::learn::kernel::KernelExpansion;
 use crate::learn::spec::{Algorithm, Fit, SpecError, ThresholdSpec};
 use crate::learn::tfpl::TfplError;
 use crate::learn::threshold::{
-    bootstrap_rounds, calibration_split, candidate_grid, oob, pu_umbrella, umbrella,
-    ThresholdError, ThresholdMethod, ThresholdResult, DEFAULT_CANDIDATES,
+    bootstrap_rounds, calibration_split, oob, pu_candidates, pu_umbrella, umbrella, ThresholdError,
+    ThresholdMethod, ThresholdResult,
 };
 use crate::learn::usmo::UsmoError;
 
@@ -166,9 +166,10 @@ impl Algorithm {
                 }
                 let algorithm = stand_in.as_ref().unwrap_or(self);
                 let fit = algorithm.fit(previous, &train, cancel)?;
-                let candidates = candidate_grid(&fit.scores(&train.rows), DEFAULT_CANDIDATES);
+                // The candidates and their order come from the training rows' scores only
+                // (docs/certificates.md §2).
                 let result = pu_umbrella(
-                    &candidates,
+                    &pu_candidates(&fit.scores(&train.rows)),
                     &fit.scores(&data.rows.select(&cal_p)),
                     &fit.scores(&data.rows.select(&cal_u)),
                     spec.tau,
