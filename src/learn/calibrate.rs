@@ -4,9 +4,9 @@
 //! - `umbrella`: held-out negatives. τ-FPL trains on positives and the other negatives; USMO
 //!   never trains on negatives, so all of them calibrate it.
 //! - `pu-umbrella`: a held-out part of the labelled positives and of the unlabeled rows; the
-//!   candidate thresholds are quantiles of the training rows' scores (fixed without the
-//!   calibration data). τ-FPL without negatives ranks the positives against the unlabeled rows
-//!   at the rank τ of [`crate::learn::spec::pu_rank_tau`].
+//!   candidate thresholds are the training rows' distinct scores, tested from the highest down
+//!   (fixed without the calibration data). τ-FPL without negatives ranks the positives against
+//!   the unlabeled rows at the rank τ of [`crate::learn::spec::pu_rank_tau`].
 //! - `oob` (τ-FPL only): stratified bootstrap rounds over positives and negatives, one scorer per
 //!   round, thresholds from each round's out-of-bag scores; the final scorer is the mean of the
 //!   round scorers and the threshold the mean of the round thresholds.

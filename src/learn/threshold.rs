@@ -888,9 +888,9 @@ pub enum Side {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Shortfall {
     /// More held-out rows would certify τ, with probability about 80 %, at a threshold whose
-    /// estimated TPR is `tpr`: `alone` more of the `binding` side's rows (`None` when that side
-    /// alone cannot do it), or `more_unlabeled` and `more_positives` together (the same factor
-    /// for both).
+    /// estimated TPR is `tpr`: `more_unlabeled` and `more_positives` together (the same factor
+    /// for both), or `alone` more of the `binding` side's rows (`None` when that side alone
+    /// cannot do it).
     Data {
         binding: Side,
         alone: Option<usize>,
@@ -923,17 +923,14 @@ impl std::fmt::Display for Shortfall {
                 more_positives,
                 tpr,
             } => {
-                write!(f, "the {} bind: about ", rows(binding))?;
-                if let Some(more) = alone {
-                    write!(f, "{more} more {} (or ", rows(binding))?;
-                }
                 write!(
                     f,
-                    "{more_unlabeled} more held-out unlabeled rows and {more_positives} more \
-                     held-out positives"
+                    "the {} bind: about {more_unlabeled} more held-out unlabeled rows and \
+                     {more_positives} more held-out positives",
+                    rows(binding)
                 )?;
-                if alone.is_some() {
-                    write!(f, ")")?;
+                if let Some(more) = alone {
+                    write!(f, " (or {more} more {} alone)", rows(binding))?;
                 }
                 write!(
                     f,
@@ -1938,8 +1935,13 @@ mod tests {
                 message.contains(&format!("from {n_u} held-out unlabeled rows")),
                 "{message}"
             );
-            let more = alone.unwrap_or(more_unlabeled);
-            assert!(message.contains(&format!("about {more} more")), "{message}");
+            assert!(
+                message.contains(&format!("about {more_unlabeled} more held-out unlabeled")),
+                "{message}"
+            );
+            if let Some(more) = alone {
+                assert!(message.contains(&format!("(or {more} more")), "{message}");
+            }
         }
         // Far more data than needed: only chance refuses.
         let large = PuTest::new(3000, 20000, tau, delta, 0.3, 0.32).unwrap();
