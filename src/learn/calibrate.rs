@@ -4,9 +4,9 @@
 //! - `umbrella`: held-out negatives. τ-FPL trains on positives and the other negatives; USMO
 //!   never trains on negatives, so all of them calibrate it.
 //! - `pu-umbrella`: a held-out part of the labelled positives and of the unlabeled rows; the
-//!   candidate thresholds are quantiles of the training rows' scores (fixed without the
-//!   calibration data). τ-FPL without negatives ranks the positives against the unlabeled rows
-//!   at the rank τ of [`crate::learn::spec::pu_rank_tau`].
+//!   candidate thresholds are the training rows' distinct scores, tested from the highest down
+//!   (fixed without the calibration data). τ-FPL without negatives ranks the positives against
+//!   the unlabeled rows at the rank τ of [`crate::learn::spec::pu_rank_tau`].
 //! - `oob` (τ-FPL only): stratified bootstrap rounds over positives and negatives, one scorer per
 //!   round, thresholds from each round's out-of-bag scores; the final scorer is the mean of the
 //!   round scorers and the threshold the mean of the round thresholds.
@@ -21,8 +21,8 @@ use crate::learn::kernel::KernelExpansion;
 use crate::learn::spec::{Algorithm, Fit, SpecError, ThresholdSpec};
 use crate::learn::tfpl::TfplError;
 use crate::learn::threshold::{
-    bootstrap_rounds, calibration_split, candidate_grid, oob, pu_umbrella, umbrella,
-    ThresholdError, ThresholdMethod, ThresholdResult, DEFAULT_CANDIDATES,
+    bootstrap_rounds, calibration_split, oob, pu_candidates, pu_umbrella, umbrella, ThresholdError,
+    ThresholdMethod, ThresholdResult,
 };
 use crate::learn::usmo::UsmoError;
 
@@ -179,9 +179,10 @@ impl Algorithm {
                 }
                 let algorithm = stand_in.as_ref().unwrap_or(self);
                 let fit = algorithm.fit(previous, &train, cancel)?;
-                let candidates = candidate_grid(&fit.scores(&train.rows), DEFAULT_CANDIDATES);
+                // The candidates and their order come from the training rows' scores only
+                // (docs/certificates.md §2).
                 let result = pu_umbrella(
-                    &candidates,
+                    &pu_candidates(&fit.scores(&train.rows)),
                     &fit.scores(&data.rows.select(&cal_p)),
                     &fit.scores(&data.rows.select(&cal_u)),
                     spec.tau,
