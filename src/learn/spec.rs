@@ -19,8 +19,10 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
+use crate::learn::calibrate::CalibrateError;
 use crate::learn::kernel::{Kernel, KernelExpansion};
 use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
+use crate::learn::prior::{prior_bounds, PriorBounds, PriorError};
 use crate::learn::tfpl::{TfplError, TfplModel, TfplParams, TfplSolver, TfplValidParams};
 use crate::learn::threshold::{OobRule, ThresholdMethod, ThresholdResult};
 use crate::learn::usmo::{UsmoError, UsmoModel, UsmoParams, UsmoValidParams};
@@ -191,12 +193,157 @@ pub struct ThresholdSettings {
     /// held out for calibration.
     pub calibration_fraction: f64,
     /// pu-umbrella: the ends of the plausible positive share of the unlabeled data. A lone end
-    /// is a point interval.
+    /// is a point interval. An end that is `auto` is `None` here and named in `prior_auto`.
     pub prior_min: Option<f64>,
     pub prior_max: Option<f64>,
+    /// The ends taken from the data, if any (docs/certificates.md §5).
+    pub prior_auto: Option<PriorAuto>,
     /// oob: bootstrap rounds and the per-round rule.
     pub rounds: usize,
     pub oob_rule: OobRule,
+}
+
+/// One end of the prior interval as configured: a number in (0, 1) or `auto`, taken from the
+/// data (docs/certificates.md §5). `auto` for the lower end assumes an anchor: the top
+/// `prior_anchor` share of the positives' scores holds no negatives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PriorEnd {
+    Value(f64),
+    Auto,
+}
+
+impl PriorEnd {
+    /// The number, if this end is one.
+    pub fn value(self) -> Option<f64> {
+        match self {
+            PriorEnd::Value(v) => Some(v),
+            PriorEnd::Auto => None,
+        }
+    }
+
+    pub fn is_auto(self) -> bool {
+        self == PriorEnd::Auto
+    }
+}
+
+impl std::str::FromStr for PriorEnd {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PriorEnd, String> {
+        if s == "auto" {
+            return Ok(PriorEnd::Auto);
+        }
+        match s.parse::<f64>() {
+            Ok(v) if v > 0.0 && v < 1.0 => Ok(PriorEnd::Value(v)),
+            _ => Err(format!(
+                "expected a number in (0, 1) or \"auto\", got \"{s}\""
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for PriorEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PriorEnd::Value(v) => write!(f, "{v}"),
+            PriorEnd::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl serde::Serialize for PriorEnd {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PriorEnd::Value(v) => s.serialize_f64(*v),
+            PriorEnd::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PriorEnd {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PriorEnd, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = PriorEnd;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number in (0, 1) or \"auto\"")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<PriorEnd, E> {
+                Ok(PriorEnd::Value(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<PriorEnd, E> {
+                Ok(PriorEnd::Value(v as f64))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<PriorEnd, E> {
+                Ok(PriorEnd::Value(v as f64))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PriorEnd, E> {
+                if v == "auto" {
+                    Ok(PriorEnd::Auto)
+                } else {
+                    Err(E::invalid_value(serde::de::Unexpected::Str(v), &self))
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// Which ends of the prior interval come from the data, and the anchor share the lower end
+/// assumes (docs/certificates.md §5).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PriorAuto {
+    pub min: bool,
+    pub max: bool,
+    /// The top share of the positives' scores assumed to hold no negatives.
+    pub anchor: f64,
+}
+
+impl PriorAuto {
+    /// The anchor share when none is configured.
+    pub const DEFAULT_ANCHOR: f64 = 0.2;
+
+    /// The interval's ends with each `auto` end at `estimate` (kept inside the given end):
+    /// the interval to train with before the calibration takes the `auto` ends from its rows.
+    pub fn fill(
+        self,
+        min: Option<f64>,
+        max: Option<f64>,
+        estimate: f64,
+    ) -> (Option<f64>, Option<f64>) {
+        (
+            if self.min {
+                Some(max.map_or(estimate, |hi| estimate.min(hi)))
+            } else {
+                min
+            },
+            if self.max {
+                Some(min.map_or(estimate, |lo| estimate.max(lo)))
+            } else {
+                max
+            },
+        )
+    }
+
+    /// `Some` when either end is `auto`.
+    pub fn of(min: Option<PriorEnd>, max: Option<PriorEnd>, anchor: f64) -> Option<PriorAuto> {
+        let (min, max) = (
+            min.is_some_and(PriorEnd::is_auto),
+            max.is_some_and(PriorEnd::is_auto),
+        );
+        (min || max).then_some(PriorAuto { min, max, anchor })
+    }
+}
+
+/// The prior interval pu-umbrella certifies over and the δ it certifies at, after the `auto`
+/// ends are taken from the calibration scores ([`ThresholdSpec::calibration_prior`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CalibrationPrior {
+    pub prior_min: f64,
+    pub prior_max: f64,
+    /// δ − δ_π when an end is `auto` (δ_π = δ/2), else δ.
+    pub delta: f64,
+    /// The bounds the `auto` ends came from.
+    pub bounds: Option<PriorBounds>,
 }
 
 impl ThresholdSettings {
@@ -217,6 +364,7 @@ impl ThresholdSettings {
             delta: self.delta,
             calibration_fraction: self.calibration_fraction,
             prior_interval: self.prior_interval(),
+            prior_auto: self.prior_auto,
             rounds: self.rounds,
             oob_rule: self.oob_rule,
             seed,
@@ -236,8 +384,12 @@ pub struct ThresholdSpec {
     /// Share of the negatives (umbrella) or of the positives and unlabeled rows (pu-umbrella)
     /// held out for calibration.
     pub calibration_fraction: f64,
-    /// [π_min, π_max]: the positive share of the unlabeled data (pu-umbrella).
+    /// [π_min, π_max]: the positive share of the unlabeled data (pu-umbrella). An `auto` end
+    /// holds the training rows' estimate ([`crate::learn::prior::resolve_training_prior`])
+    /// until the calibration replaces it ([`ThresholdSpec::calibration_prior`]).
     pub prior_interval: Option<(f64, f64)>,
+    /// The ends taken from the calibration scores, if any.
+    pub prior_auto: Option<PriorAuto>,
     pub rounds: usize,
     pub oob_rule: OobRule,
     pub seed: u64,
@@ -252,6 +404,54 @@ impl ThresholdSpec {
         } else {
             ThresholdMethod::Umbrella
         })
+    }
+
+    /// This spec with each `auto` end of the interval at `estimate` ([`PriorAuto::fill`]); a
+    /// lone given end is a point interval, as in [`ThresholdSettings::prior_interval`].
+    pub fn with_prior_estimate(mut self, estimate: f64) -> ThresholdSpec {
+        if let Some(auto) = self.prior_auto {
+            let given = |auto_end: bool, v: f64| (!auto_end).then_some(v);
+            let (lo, hi) = match self.prior_interval {
+                Some((lo, hi)) => auto.fill(given(auto.min, lo), given(auto.max, hi), estimate),
+                None => auto.fill(None, None, estimate),
+            };
+            self.prior_interval = lo.or(hi).zip(hi.or(lo));
+        }
+        self
+    }
+
+    /// The interval and δ of pu-umbrella given the final scorer's calibration scores: each
+    /// `auto` end is that end of [`prior_bounds`] at δ_π = δ/2 on the same held-out positives
+    /// and unlabeled rows, and the certificate runs at δ − δ_π, so by a union bound the interval
+    /// and the certificate hold together with probability ≥ 1 − δ (docs/certificates.md §5;
+    /// the lower end under the anchor assumption). Without an `auto` end: the configured
+    /// interval at δ.
+    pub fn calibration_prior(
+        &self,
+        positive_scores: &[f64],
+        unlabeled_scores: &[f64],
+    ) -> Result<Option<CalibrationPrior>, PriorError> {
+        let Some((prior_min, prior_max)) = self.prior_interval else {
+            return Ok(None);
+        };
+        let Some(auto) = self.prior_auto else {
+            return Ok(Some(CalibrationPrior {
+                prior_min,
+                prior_max,
+                delta: self.delta,
+                bounds: None,
+            }));
+        };
+        let delta_prior = self.delta / 2.0;
+        let bounds = prior_bounds(positive_scores, unlabeled_scores, delta_prior, auto.anchor)?;
+        let prior_min = if auto.min { bounds.lower } else { prior_min };
+        let prior_max = if auto.max { bounds.upper } else { prior_max };
+        Ok(Some(CalibrationPrior {
+            prior_min: prior_min.min(prior_max),
+            prior_max,
+            delta: self.delta - delta_prior,
+            bounds: Some(bounds),
+        }))
     }
 }
 
@@ -285,6 +485,23 @@ impl LearnerSpec {
         let learner = Learner(self);
         learner.solver(1)?;
         Ok(learner)
+    }
+}
+
+impl LearnerSpec {
+    /// The rows that calibrate under these settings ([`Algorithm::held_out`]), all `false`
+    /// without a threshold. The split never depends on USMO's π, so a stand-in π builds the
+    /// solver while π is still to be estimated ([`crate::learn::prior::resolve_training_prior`]).
+    pub fn held_out(&self, data: &Dataset) -> Result<Vec<bool>, CalibrateError> {
+        let Some(settings) = &self.threshold else {
+            return Ok(vec![false; data.len()]);
+        };
+        let mut probe = self.clone();
+        if let AlgorithmSpec::Usmo(u) = &mut probe.algorithm {
+            u.prior.get_or_insert(0.5);
+        }
+        let solver = probe.check()?.solver(data.rows.n_features())?;
+        solver.held_out(&settings.spec(self.seed), data)
     }
 }
 
@@ -614,6 +831,7 @@ mod tests {
             calibration_fraction: 0.3,
             prior_min,
             prior_max,
+            prior_auto: None,
             rounds: 10,
             oob_rule: OobRule::Quantile,
         }
