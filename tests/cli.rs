@@ -1766,6 +1766,119 @@ fn prior_brackets_the_true_share_on_spambase() {
     }
 }
 
+/// `train --prior-min auto --prior-max auto` on spambase made PU (30 % of the spam labelled):
+/// the report gives the prior bounds taken from the calibration rows, the true share of spam
+/// among the unlabeled rows (from `neyman prior` on the same relabelling) lies between them, the
+/// certificate ran at δ/2 and its threshold is usable.
+#[test]
+fn train_with_auto_prior_ends_reports_bounds_around_the_true_share() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = dir.path().join("auto.model");
+    for seed in ["0", "1"] {
+        let truth = f64_of(
+            &neyman(&[
+                "prior",
+                "--data",
+                SPAMBASE,
+                "--pu-labeled-fraction",
+                "0.3",
+                "--seed",
+                seed,
+                "--report",
+                "json",
+            ])
+            .ok()
+            .json(),
+            "prior_true",
+        );
+        let report = neyman(&[
+            "train",
+            "--algo",
+            "tfpl",
+            "--data",
+            SPAMBASE,
+            "--pu-labeled-fraction",
+            "0.3",
+            "--seed",
+            seed,
+            "--tau",
+            "0.1",
+            "--prior-min",
+            "auto",
+            "--prior-max",
+            "auto",
+            "--out",
+            s(&model),
+            "--report",
+            "json",
+        ])
+        .ok()
+        .json();
+        let (lower, estimate, upper) = (
+            f64_of(&report, "prior_lower_bound"),
+            f64_of(&report, "prior_estimate"),
+            f64_of(&report, "prior_upper_bound"),
+        );
+        assert!(lower <= estimate && estimate <= upper, "{report:?}");
+        assert!(
+            lower <= truth && truth <= upper,
+            "truth {truth}: {report:?}"
+        );
+        assert!(upper < 0.5, "an informative upper end: {report:?}");
+        assert_eq!(report["threshold_method"], "pu-umbrella");
+        assert_eq!(
+            f64_of(&report, "delta"),
+            0.025,
+            "the certificate's share of δ"
+        );
+        assert!(f64_of(&report, "tpr_estimate") > 0.0, "{report:?}");
+    }
+    // Without `auto` the report has no prior fields.
+    let report = neyman(&[
+        "train",
+        "--algo",
+        "tfpl",
+        "--data",
+        SPAMBASE,
+        "--pu-labeled-fraction",
+        "0.3",
+        "--tau",
+        "0.1",
+        "--prior-min",
+        "0.25",
+        "--prior-max",
+        "0.4",
+        "--out",
+        s(&model),
+        "--report",
+        "json",
+    ])
+    .ok()
+    .json();
+    assert!(!report.contains_key("prior_estimate"), "{report:?}");
+}
+
+/// `--prior-min`/`--prior-max` take a number in (0, 1) or `auto`; anything else is a usage
+/// error naming the flag (train and eval).
+#[test]
+fn prior_end_flags_refuse_anything_but_a_unit_number_or_auto() {
+    for (command, flag, value) in [
+        ("train", "--prior-min", "automatic"),
+        ("train", "--prior-max", "1.5"),
+        ("eval", "--prior-min", "x"),
+    ] {
+        let run = neyman(&[
+            command, "--algo", "tfpl", "--data", HEART, "--tau", "0.1", flag, value,
+        ]);
+        assert_eq!(run.code, 2, "`{}`: {}", run.line, run.stderr);
+        assert!(
+            run.stderr.contains(flag) && run.stderr.contains("\"auto\""),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
 /// Bad settings of `neyman prior` are usage errors naming the flag.
 #[test]
 fn prior_rejects_bad_settings() {

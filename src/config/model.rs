@@ -390,7 +390,7 @@ fn default_oob_rule() -> OobRuleName {
 #[cfg(test)]
 mod tests {
     use super::super::tests::load;
-    use crate::learn::spec::{AlgorithmSpec, KernelKind};
+    use crate::learn::spec::{AlgorithmSpec, KernelKind, PriorAuto};
 
     const TFPL: &str = "[source]\npath = \"s\"\n[model]\nalgorithm = \"tfpl\"\ntau = 0.05\n";
 
@@ -411,5 +411,53 @@ mod tests {
         let tfpl = spec(&format!("{TFPL}kernel = \"rbf\"\n"));
         assert_eq!(tfpl.kernel.kind, Some(KernelKind::Rbf));
         assert_eq!(spec(TFPL).kernel.kind, None, "the algorithm's default");
+    }
+
+    /// `prior_min`/`prior_max` = `"auto"` map to the spec's `prior_auto` (usmo then needs no
+    /// `prior`); any other string, or a number outside (0, 1), is refused naming the key.
+    #[test]
+    fn auto_prior_ends_are_accepted_and_bad_ones_name_their_key() {
+        let usmo = "[source]\npath = \"s\"\n[model]\nalgorithm = \"usmo\"\ntau = 0.05\n";
+        let loaded = load(
+            &format!("{usmo}prior_min = \"auto\"\nprior_max = 0.5\nprior_anchor = 0.3\n"),
+            &[],
+        )
+        .expect("auto accepted");
+        let t = loaded.config.model.learner_spec().threshold.unwrap();
+        assert_eq!((t.prior_min, t.prior_max), (None, Some(0.5)));
+        assert_eq!(
+            t.prior_auto,
+            Some(PriorAuto {
+                min: true,
+                max: false,
+                anchor: 0.3
+            })
+        );
+        let both = load(
+            &format!(
+                "{TFPL}prior_min = \"auto\"\nprior_max = \"auto\"\nthreshold = \"pu-umbrella\"\n"
+            ),
+            &[],
+        )
+        .expect("both auto");
+        assert_eq!(both.config.model.prior_anchor, PriorAuto::DEFAULT_ANCHOR);
+        for (extra, key) in [
+            ("prior_min = \"automatic\"\n", "prior_min"),
+            ("prior_max = \"0.3\"\n", "prior_max"),
+            ("prior_max = 1.5\n", "model.prior_max"),
+            (
+                "prior_min = \"auto\"\nprior_anchor = 0.0\n",
+                "model.prior_anchor",
+            ),
+        ] {
+            let e = load(&format!("{TFPL}{extra}"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
+        let e = load(&format!("{usmo}prior_min = 0.2\n"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("model.prior") && e.contains("auto"), "{e}");
     }
 }
