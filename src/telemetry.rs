@@ -60,7 +60,7 @@ impl EventOutcome {
 pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
 
 /// Every metric family name, for the promtool test and the dashboard check.
-pub const FAMILIES: [&str; 35] = [
+pub const FAMILIES: [&str; 38] = [
     "neyman_events_total",
     "neyman_dlq_events_total",
     "neyman_window_events",
@@ -77,6 +77,9 @@ pub const FAMILIES: [&str; 35] = [
     "neyman_target_fpr",
     "neyman_fpr_bound",
     "neyman_fpr_pu_estimate",
+    "neyman_prior_estimate",
+    "neyman_prior_lower_bound",
+    "neyman_prior_upper_bound",
     "neyman_tpr_estimate",
     "neyman_fpr_observed",
     "neyman_fpr_observed_negatives",
@@ -137,6 +140,12 @@ pub struct Metrics {
     pub fpr_bound: Gauge,
     /// PU estimate of the FPR: (flag rate − π·TPR) / (1 − π) on recent unlabeled events.
     pub fpr_pu_estimate: Gauge,
+    /// With `prior_min` or `prior_max` = `"auto"`: the positive share of the unlabeled events
+    /// estimated from the last retrain's calibration events, and the bounds on it
+    /// (docs/certificates.md §5; the lower bound assumes an anchor). NaN before any value.
+    pub prior_estimate: Gauge,
+    pub prior_lower_bound: Gauge,
+    pub prior_upper_bound: Gauge,
     /// Held-out TPR estimate of the active model.
     pub tpr_estimate: Gauge,
     /// Flagged share of the negative-feedback events in the rolling window.
@@ -205,6 +214,13 @@ fn labelled_counter(
         counter.with_label_values(&[v]);
     }
     Ok(counter)
+}
+
+/// A gauge registered at NaN (no value yet).
+fn nan_gauge(registry: &Registry, name: &str, help: &str) -> Result<Gauge, prometheus::Error> {
+    let gauge = register(registry, Gauge::new(name, help)?)?;
+    gauge.set(f64::NAN);
+    Ok(gauge)
 }
 
 impl Metrics {
@@ -352,6 +368,21 @@ impl Metrics {
                     "neyman_fpr_pu_estimate",
                     "PU estimate of the FPR from the unlabeled flag rate, the prior and the held-out TPR.",
                 )?,
+            )?,
+            prior_estimate: nan_gauge(
+                r,
+                "neyman_prior_estimate",
+                "Positive share of the unlabeled events estimated at the last retrain (prior = auto).",
+            )?,
+            prior_lower_bound: nan_gauge(
+                r,
+                "neyman_prior_lower_bound",
+                "Lower confidence bound on the positive share of the unlabeled events (prior_min = auto; assumes an anchor).",
+            )?,
+            prior_upper_bound: nan_gauge(
+                r,
+                "neyman_prior_upper_bound",
+                "Upper confidence bound on the positive share of the unlabeled events (prior_max = auto).",
             )?,
             tpr_estimate: register(
                 r,

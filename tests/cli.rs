@@ -1727,6 +1727,24 @@ fn bench_tfpl_reports_every_factor_and_the_time_ratios() {
 
 const SPAMBASE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/spambase.csv.gz");
 
+/// The JSON report of `neyman COMMAND` on spambase made PU (30 % of the spam labelled by
+/// `seed`) with the `extra` flags.
+fn spambase_pu(command: &str, seed: &str, extra: &[&str]) -> serde_json::Map<String, Value> {
+    let mut args = vec![
+        command,
+        "--data",
+        SPAMBASE,
+        "--pu-labeled-fraction",
+        "0.3",
+        "--seed",
+        seed,
+        "--report",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    neyman(&args).ok().json()
+}
+
 /// `neyman prior` on spambase made PU (30 % of the spam labelled): on three seeds the true share
 /// of spam among the unlabeled rows lies in the reported interval, the upper end is informative
 /// (below 0.5 where π ≈ 0.31) and the estimate is near π. The lower end rests on the anchor
@@ -1734,19 +1752,7 @@ const SPAMBASE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/spambase.csv.g
 #[test]
 fn prior_brackets_the_true_share_on_spambase() {
     for seed in ["0", "1", "2"] {
-        let report = neyman(&[
-            "prior",
-            "--data",
-            SPAMBASE,
-            "--pu-labeled-fraction",
-            "0.3",
-            "--seed",
-            seed,
-            "--report",
-            "json",
-        ])
-        .ok()
-        .json();
+        let report = spambase_pu("prior", seed, &[]);
         let (lower, upper) = (
             f64_of(&report, "prior_lower_bound"),
             f64_of(&report, "prior_upper_bound"),
@@ -1763,6 +1769,67 @@ fn prior_brackets_the_true_share_on_spambase() {
         assert!(u64_of(&report, "calibration_unlabeled") > 2000);
         assert!(bool_of(&report, "converged"));
         assert_eq!(report["algorithm"], "tfpl");
+    }
+}
+
+/// `train --prior-min auto --prior-max auto` on spambase made PU (30 % of the spam labelled):
+/// the report gives the prior bounds taken from the calibration rows, the true share of spam
+/// among the unlabeled rows (from `neyman prior` on the same relabelling) lies between them, the
+/// certificate ran at δ/2 and its threshold is usable.
+#[test]
+fn train_with_auto_prior_ends_reports_bounds_around_the_true_share() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = dir.path().join("auto.model");
+    let train = |seed: &str, prior_min: &str, prior_max: &str| {
+        let flags = ["--algo", "tfpl", "--tau", "0.1", "--out", s(&model)];
+        let prior = ["--prior-min", prior_min, "--prior-max", prior_max];
+        spambase_pu("train", seed, &[&flags[..], &prior[..]].concat())
+    };
+    for seed in ["0", "1"] {
+        let truth = f64_of(&spambase_pu("prior", seed, &[]), "prior_true");
+        let report = train(seed, "auto", "auto");
+        let (lower, estimate, upper) = (
+            f64_of(&report, "prior_lower_bound"),
+            f64_of(&report, "prior_estimate"),
+            f64_of(&report, "prior_upper_bound"),
+        );
+        assert!(lower <= estimate && estimate <= upper, "{report:?}");
+        assert!(
+            lower <= truth && truth <= upper,
+            "truth {truth}: {report:?}"
+        );
+        assert!(upper < 0.5, "an informative upper end: {report:?}");
+        assert_eq!(report["threshold_method"], "pu-umbrella");
+        assert_eq!(
+            f64_of(&report, "delta"),
+            0.025,
+            "the certificate's share of δ"
+        );
+        assert!(f64_of(&report, "tpr_estimate") > 0.0, "{report:?}");
+    }
+    // Without `auto` the report has no prior fields.
+    let report = train("0", "0.25", "0.4");
+    assert!(!report.contains_key("prior_estimate"), "{report:?}");
+}
+
+/// `--prior-min`/`--prior-max` take a number in (0, 1) or `auto`; anything else is a usage
+/// error naming the flag (train and eval).
+#[test]
+fn prior_end_flags_refuse_anything_but_a_unit_number_or_auto() {
+    for (command, flag, value) in [
+        ("train", "--prior-min", "automatic"),
+        ("train", "--prior-max", "1.5"),
+        ("eval", "--prior-min", "x"),
+    ] {
+        let run = neyman(&[
+            command, "--algo", "tfpl", "--data", HEART, "--tau", "0.1", flag, value,
+        ]);
+        assert_eq!(run.code, 2, "`{}`: {}", run.line, run.stderr);
+        assert!(
+            run.stderr.contains(flag) && run.stderr.contains("\"auto\""),
+            "{}",
+            run.stderr
+        );
     }
 }
 

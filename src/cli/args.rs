@@ -10,7 +10,8 @@ pub use crate::config::{AlgorithmName, KernelName, OobRuleName, ScaleName, Thres
 use crate::data::{Format, ReadOptions};
 use crate::learn::metrics::F1Class;
 use crate::learn::spec::{
-    AlgorithmSpec, KernelSpec, LearnerSpec, SolverLimits, TfplSpec, ThresholdSettings, UsmoSpec,
+    AlgorithmSpec, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, SolverLimits, TfplSpec,
+    ThresholdSettings, UsmoSpec,
 };
 use crate::learn::tfpl::TfplSolver;
 
@@ -440,12 +441,22 @@ pub struct ThresholdArgs {
     /// out for calibration.
     #[arg(allow_negative_numbers = true, long, default_value_t = 0.5)]
     pub calibration_fraction: f64,
-    /// pu-umbrella: lower end of the positive share of the unlabeled data.
+    /// pu-umbrella: lower end of the positive share of the unlabeled data, a number in (0, 1)
+    /// or `auto`: a lower confidence bound from the held-out calibration rows scored by the
+    /// trained scorer, at δ/2 (the certificate then runs at δ/2; together they hold with
+    /// probability ≥ 1 − δ). `auto` ASSUMES AN ANCHOR: the top --prior-anchor share of the
+    /// positives' scores holds no negatives; where negatives score as high as the best
+    /// positives it can exceed the true share and void the FPR promise.
     #[arg(allow_negative_numbers = true, long)]
-    pub prior_min: Option<f64>,
-    /// pu-umbrella: upper end of the positive share of the unlabeled data.
+    pub prior_min: Option<PriorEnd>,
+    /// pu-umbrella: upper end of the positive share of the unlabeled data, a number in (0, 1)
+    /// or `auto` (from the calibration rows as for --prior-min; valid under SCAR alone).
     #[arg(allow_negative_numbers = true, long)]
-    pub prior_max: Option<f64>,
+    pub prior_max: Option<PriorEnd>,
+    /// The anchor share an `auto` --prior-min assumes: the top share of the positives' scores
+    /// that holds no negatives, in (0, 1].
+    #[arg(allow_negative_numbers = true, long, default_value_t = PriorAuto::DEFAULT_ANCHOR)]
+    pub prior_anchor: f64,
     /// oob: bootstrap rounds.
     #[arg(long, default_value_t = 10)]
     pub rounds: usize,
@@ -577,12 +588,22 @@ pub struct EvalThresholdArgs {
     /// rows (pu-umbrella) held out for calibration.
     #[arg(allow_negative_numbers = true, long, default_value_t = 0.5)]
     pub calibration_fraction: f64,
-    /// pu-umbrella: lower end of the positive share of the unlabeled data.
+    /// pu-umbrella: lower end of the positive share of the unlabeled data, a number in (0, 1)
+    /// or `auto`: a lower confidence bound from the held-out calibration rows scored by the
+    /// trained scorer, at δ/2 (the certificate then runs at δ/2; together they hold with
+    /// probability ≥ 1 − δ). `auto` ASSUMES AN ANCHOR: the top --prior-anchor share of the
+    /// positives' scores holds no negatives; where negatives score as high as the best
+    /// positives it can exceed the true share and void the FPR promise.
     #[arg(allow_negative_numbers = true, long)]
-    pub prior_min: Option<f64>,
-    /// pu-umbrella: upper end of the positive share of the unlabeled data.
+    pub prior_min: Option<PriorEnd>,
+    /// pu-umbrella: upper end of the positive share of the unlabeled data, a number in (0, 1)
+    /// or `auto` (from the calibration rows as for --prior-min; valid under SCAR alone).
     #[arg(allow_negative_numbers = true, long)]
-    pub prior_max: Option<f64>,
+    pub prior_max: Option<PriorEnd>,
+    /// The anchor share an `auto` --prior-min assumes: the top share of the positives' scores
+    /// that holds no negatives, in (0, 1].
+    #[arg(allow_negative_numbers = true, long, default_value_t = PriorAuto::DEFAULT_ANCHOR)]
+    pub prior_anchor: f64,
     /// oob: bootstrap rounds.
     #[arg(long, default_value_t = 10)]
     pub rounds: usize,
@@ -720,11 +741,26 @@ impl TrainArgs {
                 self.model.reg.unwrap_or(DEFAULT_REG)
             }
         };
-        let mut spec = self.model.learner_spec(self.algo, regularisation)?;
+        let threshold = self.threshold.settings();
+        let prior_from_data = threshold.as_ref().is_some_and(|t| t.prior_auto.is_some());
+        let mut spec = match self.algo {
+            // USMO's π then defaults to the training rows' estimate
+            // (crate::learn::prior::resolve_training_prior).
+            AlgorithmName::Usmo if prior_from_data && self.model.prior.is_none() => {
+                let mut model = self.model.clone();
+                model.prior = Some(0.5);
+                let mut spec = model.learner_spec(self.algo, regularisation)?;
+                if let AlgorithmSpec::Usmo(u) = &mut spec.algorithm {
+                    u.prior = None;
+                }
+                spec
+            }
+            _ => self.model.learner_spec(self.algo, regularisation)?,
+        };
         if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
             s.rank_tau = self.threshold.rank_tau;
         }
-        spec.threshold = self.threshold.settings();
+        spec.threshold = threshold;
         spec.seed = self.seed;
         Ok(spec)
     }
@@ -741,8 +777,9 @@ impl ThresholdArgs {
             tau: self.tau?,
             delta: self.delta,
             calibration_fraction: self.calibration_fraction,
-            prior_min: self.prior_min,
-            prior_max: self.prior_max,
+            prior_min: self.prior_min.and_then(PriorEnd::value),
+            prior_max: self.prior_max.and_then(PriorEnd::value),
+            prior_auto: PriorAuto::of(self.prior_min, self.prior_max, self.prior_anchor),
             rounds: self.rounds,
             oob_rule: self.oob_rule.into(),
         })

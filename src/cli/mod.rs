@@ -36,6 +36,7 @@ use crate::config::LoadedConfig;
 use crate::data::{read, DataError, Dataset, Label, Rows};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::model::{Fingerprint, Model, ModelError};
+use crate::learn::prior::resolve_training_prior;
 use crate::learn::spec::{model_of, SpecError};
 use crate::learn::tfpl::TfplValidParams;
 use crate::learn::usmo::{UsmoError, UsmoValidParams};
@@ -101,6 +102,7 @@ impl From<CalibrateError> for CliError {
             CalibrateError::Needs(..) => CliError::Usage(e.to_string()),
             CalibrateError::Threshold(t) => CliError::Threshold(t.to_string()),
             CalibrateError::Tfpl(t) => CliError::Training(t.to_string()),
+            CalibrateError::Prior(p) => p.into(),
         }
     }
 }
@@ -232,19 +234,17 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     }
     let n_features = data.rows.n_features();
     let spec = args.learner_spec()?;
+    // The split comes first: the rows that calibrate the threshold shape neither the scorer,
+    // nor its scaler, nor the π it is trained with.
+    let held_out = spec.held_out(&data)?;
+    let (spec, _) = resolve_training_prior(&spec, &data, &held_out, cancel)?;
     let learner = spec.check()?;
     let algorithm = learner.solver(n_features)?;
     let previous = match &args.warm_start {
         Some(path) => Some(read_model(path)?),
         None => None,
     };
-    // The split comes first: the rows that calibrate the threshold shape neither the scorer
-    // nor its scaler.
     let spec = learner.threshold_spec();
-    let held_out = match &spec {
-        Some(spec) => algorithm.held_out(spec, &data)?,
-        None => vec![false; data.len()],
-    };
     // A warm start keeps the previous scaler so its kernel values stay valid.
     let (scaler, previous_fit) = match &previous {
         Some(prev) if prev.n_features() != n_features => {
@@ -271,13 +271,13 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         labels: data.labels.clone(),
         ids: data.ids.clone(),
     };
-    let (fit, threshold) = with_spinner(args.quiet, "training", || match &spec {
+    let (fit, threshold, prior) = with_spinner(args.quiet, "training", || match &spec {
         Some(spec) => algorithm
-            .fit_with_held_out(previous_fit.as_ref(), spec, &scaled, &held_out, cancel)
-            .map(|(f, t)| (f, Some(t))),
+            .fit_with_held_out_prior(previous_fit.as_ref(), spec, &scaled, &held_out, cancel)
+            .map(|(f, t, p)| (f, Some(t), p)),
         None => algorithm
             .fit(previous_fit.as_ref(), &scaled, cancel)
-            .map(|f| (f, None))
+            .map(|f| (f, None, None))
             .map_err(CalibrateError::from),
     })?;
     let model = model_of(
@@ -298,6 +298,11 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         fields.insert("fpr_estimate".into(), json!(t.fpr_estimate));
         fields.insert("tpr_estimate".into(), json!(t.tpr_estimate));
         fields.insert("calibration_size".into(), json!(t.calibration_size()));
+    }
+    if let (Some(b), Some(fields)) = (&prior, report.as_object_mut()) {
+        fields.insert("prior_estimate".into(), json!(b.estimate));
+        fields.insert("prior_lower_bound".into(), json!(b.lower));
+        fields.insert("prior_upper_bound".into(), json!(b.upper));
     }
     if report["converged"] == json!(false) {
         tracing::warn!(

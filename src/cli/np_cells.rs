@@ -4,7 +4,7 @@
 
 use super::args::EvalArgs;
 use crate::learn::metrics::{f1_for, np_score, roc_auc, Confusion, F1Class};
-use crate::learn::spec::{ThresholdSettings, ThresholdSpec};
+use crate::learn::spec::{PriorAuto, PriorEnd, ThresholdSettings, ThresholdSpec};
 use crate::learn::threshold::{npscore_threshold, OobRule, ThresholdMethod};
 
 /// A method evaluated on every split.
@@ -57,8 +57,9 @@ impl Plan<'_> {
             tau,
             delta: t.delta,
             calibration_fraction: t.calibration_fraction,
-            prior_min: t.prior_min,
-            prior_max: t.prior_max,
+            prior_min: t.prior_min.and_then(PriorEnd::value),
+            prior_max: t.prior_max.and_then(PriorEnd::value),
+            prior_auto: PriorAuto::of(t.prior_min, t.prior_max, t.prior_anchor),
             rounds: t.rounds,
             oob_rule: self.oob_rule,
         }

@@ -77,7 +77,10 @@ use super::{read_data, tfpl_params, usmo_params, with_spinner, CliError};
 use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::{f1_for, mean_sd, np_score, Confusion, F1Class};
-use crate::learn::spec::{tfpl_scaler, training_rows, usmo_scaler, Algorithm, Fit, ThresholdSpec};
+use crate::learn::prior::training_prior;
+use crate::learn::spec::{
+    tfpl_scaler, training_rows, usmo_scaler, Algorithm, Fit, PriorEnd, ThresholdSpec,
+};
 use crate::learn::threshold::{calibration_split, OobRule, ThresholdError, ThresholdMethod};
 use crate::learn::tune::{choose_reg, TuneError};
 
@@ -209,6 +212,30 @@ impl Prepared {
             rows,
         })
     }
+
+    /// `spec` with its `auto` prior ends at the estimate of the training rows alone
+    /// ([`training_prior`]) where pu-umbrella needs an interval before training (τ-FPL's PU
+    /// rank τ); the calibration then takes them from the held-out rows.
+    fn with_training_prior(
+        &self,
+        spec: ThresholdSpec,
+        cancel: &AtomicBool,
+    ) -> Result<ThresholdSpec, CliError> {
+        match spec.prior_auto {
+            Some(auto) if spec.method_for(&self.data) == ThresholdMethod::PuUmbrella => {
+                let bounds = training_prior(
+                    &self.data,
+                    &self.held_out,
+                    spec.delta,
+                    auto.anchor,
+                    spec.seed,
+                    cancel,
+                )?;
+                Ok(spec.with_prior_estimate(bounds.estimate))
+            }
+            _ => Ok(spec),
+        }
+    }
 }
 
 /// A method's scorer at one τ, ready to train: the prepared part and the solver with the
@@ -294,6 +321,7 @@ fn tfpl_setup(
         test_rows,
         |rows| tfpl_scaler(kind, rows),
     )?;
+    let spec = prep.with_training_prior(spec, cancel)?;
     let (reg, warm) = match args.model.reg {
         Some(reg) => (reg, None),
         None => {
@@ -384,6 +412,7 @@ fn usmo_setup(
         test_rows,
         |rows| usmo_scaler(kind, rows),
     )?;
+    let spec = prep.with_training_prior(spec, cancel)?;
     let lambda = match (args.model.lambda, &*chosen) {
         (Some(lambda), _) => lambda,
         (None, Some((rows, lambda))) if *rows == prep.rows => *lambda,
@@ -529,7 +558,11 @@ fn threshold_of(args: &EvalArgs) -> ThresholdMethod {
 /// second number inside it would only invite a contradiction.
 fn with_default_prior(args: &EvalArgs) -> Cow<'_, EvalArgs> {
     let t = &args.threshold;
-    let interval = t.prior_min.or(t.prior_max).zip(t.prior_max.or(t.prior_min));
+    let (min, max) = (
+        t.prior_min.and_then(PriorEnd::value),
+        t.prior_max.and_then(PriorEnd::value),
+    );
+    let interval = min.or(max).zip(max.or(min));
     match interval {
         Some((lo, hi))
             if args.algo == AlgorithmName::Usmo
@@ -613,6 +646,14 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
     if threshold == ThresholdMethod::PuUmbrella {
         if args.pu_labeled_fraction.is_none() {
             return usage("--threshold pu-umbrella needs --pu-labeled-fraction".into());
+        }
+        let auto = [t.prior_min, t.prior_max].contains(&Some(PriorEnd::Auto));
+        if auto && args.algo == AlgorithmName::Usmo && args.model.prior.is_none() {
+            return usage(
+                "eval --algo usmo with --prior-min/--prior-max auto needs --prior (train \
+                 estimates it from the training rows)"
+                    .into(),
+            );
         }
         if t.prior_min.is_none() && t.prior_max.is_none() {
             return usage(

@@ -15,8 +15,8 @@ use serde_json::json;
 use super::args::{AlgorithmName, PriorArgs, ReportFormat, DEFAULT_REG};
 use super::{read_data, CliError};
 use crate::data::{Dataset, Label};
-use crate::learn::prior::{prior_bounds, PriorError};
-use crate::learn::spec::{AlgorithmSpec, Fit};
+use crate::learn::prior::{bounds_from_held_out, PriorError};
+use crate::learn::spec::AlgorithmSpec;
 use crate::learn::threshold::calibration_split;
 
 impl From<PriorError> for CliError {
@@ -59,7 +59,6 @@ pub fn prior(args: &PriorArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     }
     let mut train_rows: Vec<usize> = train_p.iter().chain(&train_u).copied().collect();
     train_rows.sort_unstable();
-    let mut train = data.select(&train_rows);
     let regularisation = match args.algo {
         AlgorithmName::Usmo => args
             .model
@@ -71,25 +70,18 @@ pub fn prior(args: &PriorArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
         // τ-FPL ranks positives against negatives: the unlabeled rows stand in for them.
         s.rank_tau = Some(args.rank_tau);
-        for l in &mut train.labels {
-            if *l == Label::Unlabeled {
-                *l = Label::Negative;
-            }
-        }
     }
-    let learner = spec.check()?;
-    let solver = learner.solver(data.rows.n_features())?;
-    let scaler = learner.scaler(&train);
-    let scaled_train = Dataset {
-        rows: scaler.transform(&train.rows),
-        labels: train.labels.clone(),
-        ids: train.ids.clone(),
-    };
-    let fit: Fit = solver
-        .fit(None, &scaled_train, cancel)
-        .map_err(crate::learn::calibrate::CalibrateError::from)?;
-    let scores = |rows: &[usize]| fit.scores(&scaler.transform(&data.rows.select(rows)));
-    let bounds = prior_bounds(&scores(&held_p), &scores(&held_u), args.delta, args.anchor)?;
+    let name = spec.algorithm.name();
+    let (bounds, fit) = bounds_from_held_out(
+        &spec,
+        &data,
+        &train_rows,
+        &held_p,
+        &held_u,
+        args.delta,
+        args.anchor,
+        cancel,
+    )?;
     let report = json!({
         "prior_estimate": bounds.estimate,
         "prior_lower_bound": bounds.lower,
@@ -99,7 +91,7 @@ pub fn prior(args: &PriorArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         "anchor": bounds.anchor,
         "calibration_positives": bounds.n_positive,
         "calibration_unlabeled": bounds.n_unlabeled,
-        "algorithm": learner.name(),
+        "algorithm": name,
         "converged": fit.converged(),
     });
     match args.report {

@@ -498,7 +498,10 @@ tau = 0.05
         .expect("valid");
         let c = &loaded.config;
         assert_eq!(c.model.prior, Some(0.2));
-        assert_eq!(c.model.prior_min, Some(0.1));
+        assert_eq!(
+            c.model.prior_min,
+            Some(crate::learn::spec::PriorEnd::Value(0.1))
+        );
         assert_eq!(c.windows.positive.max_events, 77);
         assert_eq!(
             c.retrain.every,

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use super::values::HumanDuration;
 use crate::data::ScaleKind;
 use crate::learn::spec::{
-    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, SolverLimits, TfplSpec, ThresholdSettings,
-    UsmoSpec,
+    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, SolverLimits,
+    TfplSpec, ThresholdSettings, UsmoSpec,
 };
 use crate::learn::tfpl::TfplSolver;
 use crate::learn::threshold::{OobRule, ThresholdMethod};
@@ -100,15 +100,28 @@ impl From<OobRuleName> for OobRule {
 pub struct ModelConfig {
     /// `usmo` (positive vs unlabeled SVM) or `tfpl` (τ-FPL ranking).
     pub algorithm: AlgorithmName,
-    /// π: the positive share of the unlabeled stream (required for usmo).
+    /// π: the positive share of the unlabeled stream (required for usmo unless `prior_min` or
+    /// `prior_max` is `"auto"`; then it defaults to the prior estimate of the training events).
     #[serde(default)]
     pub prior: Option<f64>,
-    /// pu-umbrella: lower end of the plausible π (default: `prior`).
+    /// pu-umbrella: lower end of the plausible π (default: `prior`); a number or `"auto"`.
+    /// `"auto"` takes it at each retrain from the held-out calibration events scored by the new
+    /// model (a DKW lower confidence bound at δ/2; the certificate then runs at δ/2, so both
+    /// hold together with probability ≥ 1 − δ; docs/certificates.md §5). It **assumes an
+    /// anchor**: the top `prior_anchor` share of the positives' scores holds no negatives. Where
+    /// negatives score as high as the best positives the bound can land above the true π and
+    /// the FPR promise is then void, so it is not the default.
     #[serde(default)]
-    pub prior_min: Option<f64>,
-    /// pu-umbrella: upper end of the plausible π (default: `prior`).
+    pub prior_min: Option<PriorEnd>,
+    /// pu-umbrella: upper end of the plausible π (default: `prior`); a number or `"auto"`.
+    /// `"auto"` takes it from the calibration events as for `prior_min`, but needs no
+    /// assumption beyond SCAR (FPR ≥ 0 bounds π from above).
     #[serde(default)]
-    pub prior_max: Option<f64>,
+    pub prior_max: Option<PriorEnd>,
+    /// The anchor share an `"auto"` `prior_min` assumes: the top share of the positives'
+    /// scores that holds no negatives, in (0, 1].
+    #[serde(default = "default_prior_anchor")]
+    pub prior_anchor: f64,
     /// τ: the target false-positive rate.
     pub tau: f64,
     /// tfpl: the τ used for ranking (default: `tau`). Trained against the unlabeled window (no
@@ -197,15 +210,26 @@ impl ModelConfig {
         }
         for (key, v) in [
             ("model.prior", m.prior),
-            ("model.prior_min", m.prior_min),
-            ("model.prior_max", m.prior_max),
+            ("model.prior_min", m.prior_min.and_then(PriorEnd::value)),
+            ("model.prior_max", m.prior_max.and_then(PriorEnd::value)),
         ] {
             if let Some(v) = v {
                 unit(key, v)?;
             }
         }
-        if m.algorithm == AlgorithmName::Usmo && m.prior.is_none() {
-            return bad("model.prior", "required when algorithm = \"usmo\"".into());
+        if !(m.prior_anchor > 0.0 && m.prior_anchor <= 1.0) {
+            return bad(
+                "model.prior_anchor",
+                format!("must be in (0, 1], got {}", m.prior_anchor),
+            );
+        }
+        let auto = self.prior_auto().is_some();
+        if m.algorithm == AlgorithmName::Usmo && m.prior.is_none() && !auto {
+            return bad(
+                "model.prior",
+                "required when algorithm = \"usmo\" (unless prior_min or prior_max is \"auto\")"
+                    .into(),
+            );
         }
         let (lo, hi) = self.prior_interval();
         if let (Some(lo), Some(hi)) = (lo, hi) {
@@ -224,7 +248,8 @@ impl ModelConfig {
                 }
             }
         }
-        if m.threshold == Some(ThresholdName::PuUmbrella) && (lo.is_none() || hi.is_none()) {
+        if m.threshold == Some(ThresholdName::PuUmbrella) && !auto && (lo.is_none() || hi.is_none())
+        {
             return bad(
                 "model.prior_min",
                 "pu-umbrella needs prior (or prior_min and prior_max)".into(),
@@ -263,9 +288,18 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// [π_min, π_max], each defaulting to `prior`.
+    /// [π_min, π_max], each defaulting to `prior`; an `"auto"` end is `None`.
     pub fn prior_interval(&self) -> (Option<f64>, Option<f64>) {
-        (self.prior_min.or(self.prior), self.prior_max.or(self.prior))
+        let given = |end: Option<PriorEnd>| match end {
+            Some(end) => end.value(),
+            None => self.prior,
+        };
+        (given(self.prior_min), given(self.prior_max))
+    }
+
+    /// The ends that are `"auto"`, if any, with the anchor share.
+    pub fn prior_auto(&self) -> Option<PriorAuto> {
+        PriorAuto::of(self.prior_min, self.prior_max, self.prior_anchor)
     }
 
     /// The learner these settings describe: the one place the `[model]` table maps into
@@ -305,8 +339,9 @@ impl ModelConfig {
                 tau: self.tau,
                 delta: self.delta,
                 calibration_fraction: f64::from(self.calibration_percent) / 100.0,
-                prior_min: self.prior_min.or(self.prior),
-                prior_max: self.prior_max.or(self.prior),
+                prior_min: self.prior_interval().0,
+                prior_max: self.prior_interval().1,
+                prior_auto: self.prior_auto(),
                 rounds: self.rounds,
                 oob_rule: self.oob_rule.into(),
             }),
@@ -315,6 +350,9 @@ impl ModelConfig {
     }
 }
 
+fn default_prior_anchor() -> f64 {
+    PriorAuto::DEFAULT_ANCHOR
+}
 fn default_delta() -> f64 {
     0.05
 }
@@ -352,7 +390,7 @@ fn default_oob_rule() -> OobRuleName {
 #[cfg(test)]
 mod tests {
     use super::super::tests::load;
-    use crate::learn::spec::{AlgorithmSpec, KernelKind};
+    use crate::learn::spec::{AlgorithmSpec, KernelKind, PriorAuto};
 
     const TFPL: &str = "[source]\npath = \"s\"\n[model]\nalgorithm = \"tfpl\"\ntau = 0.05\n";
 
@@ -373,5 +411,53 @@ mod tests {
         let tfpl = spec(&format!("{TFPL}kernel = \"rbf\"\n"));
         assert_eq!(tfpl.kernel.kind, Some(KernelKind::Rbf));
         assert_eq!(spec(TFPL).kernel.kind, None, "the algorithm's default");
+    }
+
+    /// `prior_min`/`prior_max` = `"auto"` map to the spec's `prior_auto` (usmo then needs no
+    /// `prior`); any other string, or a number outside (0, 1), is refused naming the key.
+    #[test]
+    fn auto_prior_ends_are_accepted_and_bad_ones_name_their_key() {
+        let usmo = "[source]\npath = \"s\"\n[model]\nalgorithm = \"usmo\"\ntau = 0.05\n";
+        let loaded = load(
+            &format!("{usmo}prior_min = \"auto\"\nprior_max = 0.5\nprior_anchor = 0.3\n"),
+            &[],
+        )
+        .expect("auto accepted");
+        let t = loaded.config.model.learner_spec().threshold.unwrap();
+        assert_eq!((t.prior_min, t.prior_max), (None, Some(0.5)));
+        assert_eq!(
+            t.prior_auto,
+            Some(PriorAuto {
+                min: true,
+                max: false,
+                anchor: 0.3
+            })
+        );
+        let both = load(
+            &format!(
+                "{TFPL}prior_min = \"auto\"\nprior_max = \"auto\"\nthreshold = \"pu-umbrella\"\n"
+            ),
+            &[],
+        )
+        .expect("both auto");
+        assert_eq!(both.config.model.prior_anchor, PriorAuto::DEFAULT_ANCHOR);
+        for (extra, key) in [
+            ("prior_min = \"automatic\"\n", "prior_min"),
+            ("prior_max = \"0.3\"\n", "prior_max"),
+            ("prior_max = 1.5\n", "model.prior_max"),
+            (
+                "prior_min = \"auto\"\nprior_anchor = 0.0\n",
+                "model.prior_anchor",
+            ),
+        ] {
+            let e = load(&format!("{TFPL}{extra}"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
+        let e = load(&format!("{usmo}prior_min = 0.2\n"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("model.prior") && e.contains("auto"), "{e}");
     }
 }

@@ -48,6 +48,7 @@ use crate::engine::window::{in_calibration, Entry, InsertOutcome, Window, Window
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::np_score;
 use crate::learn::model::{Fingerprint, Model, Provenance};
+use crate::learn::prior::{resolve_training_prior, PriorBounds};
 use crate::learn::spec::{fit_of, model_of, Algorithm, Fit, ThresholdSpec};
 use crate::learn::threshold::{binomial_upper_tail, ThresholdMethod, ThresholdResult};
 use crate::learn::Scorer;
@@ -796,14 +797,17 @@ impl Engine {
             "positive_unlabeled"
         };
         tracing::debug!(mode, rows = snapshot.data.len(), "training snapshot");
-        let spec =
-            self.config
-                .model
-                .learner_spec()
-                .check()
-                .map_err(|e| RetrainOutcome::Failed {
-                    detail: e.to_string(),
-                })?;
+        let failed = |detail: String| RetrainOutcome::Failed { detail };
+        // With an `auto` prior end, the π needed before training comes from the training
+        // events alone (docs/certificates.md §5).
+        let (spec, _) = resolve_training_prior(
+            &self.config.model.learner_spec(),
+            &snapshot.data,
+            &snapshot.held_out,
+            &self.cancel,
+        )
+        .map_err(|e| failed(e.to_string()))?;
+        let spec = spec.check().map_err(|e| failed(e.to_string()))?;
         // Fitted on the training events only: held-out events calibrate the threshold, and
         // they are the same events on every retrain, so a kept scaler never saw one either.
         let learner = self.learner.get_or_insert_with(|| Learner {
@@ -850,7 +854,14 @@ impl Engine {
             return RetrainOutcome::Cancelled;
         }
         let (fit, threshold) = match fitted {
-            Ok(x) => x,
+            Ok((fit, threshold, prior)) => {
+                if let Some(b) = prior {
+                    self.metrics.prior_estimate.set(b.estimate);
+                    self.metrics.prior_lower_bound.set(b.lower);
+                    self.metrics.prior_upper_bound.set(b.upper);
+                }
+                (fit, threshold)
+            }
             // No certifiable threshold (too few calibration events, a prior interval too wide)
             // is the gate's "its threshold exists" failing, not a training fault.
             Err(CalibrateError::Threshold(e)) => {
@@ -1175,7 +1186,8 @@ pub struct RetrainJob {
 /// A solved [`RetrainJob`], for [`Engine::complete_retrain`].
 pub struct TrainedRetrain {
     job: RetrainJob,
-    fitted: Result<(Fit, Option<ThresholdResult>), CalibrateError>,
+    /// The fit, its threshold and the prior bounds its `auto` prior ends came from.
+    fitted: Result<(Fit, Option<ThresholdResult>, Option<PriorBounds>), CalibrateError>,
 }
 
 impl RetrainJob {
@@ -1186,18 +1198,18 @@ impl RetrainJob {
         let fitted = match &self.spec {
             Some(spec) => self
                 .algorithm
-                .fit_with_held_out(
+                .fit_with_held_out_prior(
                     previous,
                     spec,
                     &self.scaled,
                     &self.snapshot.held_out,
                     &self.cancel,
                 )
-                .map(|(fit, t)| (fit, Some(t))),
+                .map(|(fit, t, prior)| (fit, Some(t), prior)),
             None => self
                 .algorithm
                 .fit(previous, &self.scaled, &self.cancel)
-                .map(|fit| (fit, None))
+                .map(|fit| (fit, None, None))
                 .map_err(CalibrateError::from),
         };
         TrainedRetrain { job: self, fitted }
@@ -1340,8 +1352,19 @@ mod tests {
         extra: &str,
         outputs: Box<dyn Outputs>,
     ) -> (Engine, Arc<Registry>) {
+        let model = "algorithm = \"usmo\"\nprior = 0.38\nprior_min = 0.33\nprior_max = 0.43\ntau = 0.05\nseed = 1\n";
+        engine_of(dir, model, extra, outputs)
+    }
+
+    /// An engine on the bundled stream with the `[model]` table `model`.
+    fn engine_of(
+        dir: &std::path::Path,
+        model: &str,
+        extra: &str,
+        outputs: Box<dyn Outputs>,
+    ) -> (Engine, Arc<Registry>) {
         let text = format!(
-            "[source]\npath = \"{STREAM}\"\n[state]\ndir = \"state\"\n[model]\nalgorithm = \"usmo\"\nprior = 0.38\nprior_min = 0.33\nprior_max = 0.43\ntau = 0.05\nseed = 1\n[retrain]\nmin_negative = 100\n{extra}"
+            "[source]\npath = \"{STREAM}\"\n[state]\ndir = \"state\"\n[model]\n{model}[retrain]\nmin_negative = 100\n{extra}"
         );
         let loaded =
             LoadedConfig::from_str_with_env(&text, &dir.join("neyman.toml"), std::iter::empty())
@@ -1374,6 +1397,35 @@ mod tests {
             }
         }
         panic!("the bundled stream trains a first model");
+    }
+
+    /// With `prior_min = prior_max = "auto"` (and USMO's π left to the training events), each
+    /// retrain sets the prior gauges from its calibration events: NaN before, then a bracket
+    /// around the bundled stream's spam share (0.38 of its unlabeled events, its shipped `prior`).
+    #[test]
+    fn auto_prior_ends_set_the_prior_gauges_at_each_retrain() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let model = "algorithm = \"usmo\"\nprior_min = \"auto\"\nprior_max = \"auto\"\nthreshold = \"pu-umbrella\"\ntau = 0.3\nseed = 1\n";
+        let (mut e, registry) = engine_of(dir.path(), model, "", Box::new(Discard));
+        let gauges = |e: &Engine| {
+            [
+                e.metrics.prior_lower_bound.get(),
+                e.metrics.prior_estimate.get(),
+                e.metrics.prior_upper_bound.get(),
+            ]
+        };
+        assert!(
+            gauges(&e).iter().all(|v| v.is_nan()),
+            "NaN before a retrain"
+        );
+        feed_until_first_model(&mut e, &registry);
+        let [lower, estimate, upper] = gauges(&e);
+        assert!(
+            0.0 <= lower && lower <= estimate && estimate <= upper && upper <= 1.0,
+            "{:?}",
+            gauges(&e)
+        );
+        assert!(lower <= 0.38 && 0.38 <= upper, "{:?}", gauges(&e));
     }
 
     #[test]
@@ -1421,8 +1473,8 @@ mod tests {
         // A solver that diverged: one NaN coefficient (intake never lets a NaN feature through,
         // so this is the only way one reaches the gate).
         match trained.fitted.as_mut().expect("trained") {
-            (Fit::Usmo(m), _) => m.expansion.coef[0] = f64::NAN,
-            (Fit::Tfpl(m), _) => m.expansion.coef[0] = f64::NAN,
+            (Fit::Usmo(m), ..) => m.expansion.coef[0] = f64::NAN,
+            (Fit::Tfpl(m), ..) => m.expansion.coef[0] = f64::NAN,
         }
         let outcome = e.complete_retrain(trained);
         assert!(

@@ -18,6 +18,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::data::{Dataset, Label, Rows};
 use crate::learn::kernel::KernelExpansion;
+use crate::learn::prior::{PriorBounds, PriorError};
 use crate::learn::spec::{Algorithm, Fit, SpecError, ThresholdSpec};
 use crate::learn::tfpl::TfplError;
 use crate::learn::threshold::{
@@ -36,6 +37,8 @@ pub enum CalibrateError {
     Threshold(#[from] ThresholdError),
     #[error("the {0} threshold needs {1}")]
     Needs(&'static str, &'static str),
+    #[error(transparent)]
+    Prior(#[from] PriorError),
 }
 
 impl From<SpecError> for CalibrateError {
@@ -130,6 +133,20 @@ impl Algorithm {
         held_out: &[bool],
         cancel: &AtomicBool,
     ) -> Result<(Fit, ThresholdResult), CalibrateError> {
+        self.fit_with_held_out_prior(previous, spec, data, held_out, cancel)
+            .map(|(fit, threshold, _)| (fit, threshold))
+    }
+
+    /// As [`Algorithm::fit_with_held_out`], also returning the prior bounds that the `auto`
+    /// ends of pu-umbrella's interval were taken from ([`ThresholdSpec::calibration_prior`]).
+    pub fn fit_with_held_out_prior(
+        &self,
+        previous: Option<&Fit>,
+        spec: &ThresholdSpec,
+        data: &Dataset,
+        held_out: &[bool],
+        cancel: &AtomicBool,
+    ) -> Result<(Fit, ThresholdResult, Option<PriorBounds>), CalibrateError> {
         let negatives = data.indices_of(Label::Negative);
         let held: Vec<usize> = (0..data.len()).filter(|&i| held_out[i]).collect();
         let mut train = data.select(&without(data.len(), &held));
@@ -148,7 +165,7 @@ impl Algorithm {
                 // The training positives give an (optimistic) TPR estimate.
                 let pos_scores = fit.scores(&train.rows.select(&train.indices_of(Label::Positive)));
                 let result = umbrella(&cal_scores, spec.tau, spec.delta, Some(&pos_scores))?;
-                Ok((fit, result))
+                Ok((fit, result, None))
             }
             ThresholdMethod::PuUmbrella => {
                 let (prior_min, prior_max) = spec.prior_interval.ok_or(CalibrateError::Needs(
@@ -179,18 +196,26 @@ impl Algorithm {
                 }
                 let algorithm = stand_in.as_ref().unwrap_or(self);
                 let fit = algorithm.fit(previous, &train, cancel)?;
+                let (cal_p, cal_u) = (
+                    fit.scores(&data.rows.select(&cal_p)),
+                    fit.scores(&data.rows.select(&cal_u)),
+                );
+                // `auto` ends from the same calibration scores, at a share of δ.
+                let prior = spec
+                    .calibration_prior(&cal_p, &cal_u)?
+                    .ok_or(CalibrateError::Needs("pu-umbrella", "a prior interval"))?;
                 // The candidates and their order come from the training rows' scores only
                 // (docs/certificates.md §2).
                 let result = pu_umbrella(
                     &pu_candidates(&fit.scores(&train.rows)),
-                    &fit.scores(&data.rows.select(&cal_p)),
-                    &fit.scores(&data.rows.select(&cal_u)),
+                    &cal_p,
+                    &cal_u,
                     spec.tau,
-                    spec.delta,
-                    prior_min,
-                    prior_max,
+                    prior.delta,
+                    prior.prior_min,
+                    prior.prior_max,
                 )?;
-                Ok((fit, result))
+                Ok((fit, result, prior.bounds))
             }
             ThresholdMethod::Oob => {
                 if !self.trains_on_negatives() {
@@ -210,7 +235,7 @@ impl Algorithm {
                     },
                     |fit, rows| fit.scores(rows),
                 )?;
-                Ok((average(fits), result))
+                Ok((average(fits), result, None))
             }
         }
     }
@@ -353,6 +378,7 @@ mod tests {
             delta: 0.05,
             calibration_fraction: 0.3,
             prior_interval: Some((0.35, 0.45)),
+            prior_auto: None,
             rounds: 10,
             oob_rule: OobRule::Quantile,
             seed: 7,

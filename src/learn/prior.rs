@@ -17,6 +17,20 @@
 //!   positives), the bound can land above π.
 //! - **Estimate.** F̂_U(t)/F̂_P(t) where F̂_P(t) is closest to `anchor` (the anchor's edge: the
 //!   most positives for the least bias under the assumption).
+//!
+//! [`bounds_from_held_out`] trains a scorer on some rows and bounds π from others' scores
+//! (`neyman prior`); [`resolve_training_prior`] uses it on the scorer's training rows alone for
+//! the π needed before training when an end of the prior interval is `auto`.
+
+use std::sync::atomic::AtomicBool;
+
+use crate::data::{Dataset, Label, ScaleKind};
+use crate::learn::spec::{
+    training_rows, AlgorithmSpec, Fit, KernelKind, KernelSpec, LearnerSpec, SolverLimits,
+    SpecError, TfplSpec,
+};
+use crate::learn::tfpl::TfplSolver;
+use crate::learn::threshold::{calibration_split, ThresholdError, ThresholdMethod};
 
 /// Bounds on π and the settings they were computed with.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -47,6 +61,10 @@ pub enum PriorError {
     Delta(f64),
     #[error("the anchor share must be in (0, 1], got {0}")]
     Anchor(f64),
+    #[error("the scorer that bounds the prior: {0}")]
+    Scorer(#[from] SpecError),
+    #[error(transparent)]
+    Split(#[from] ThresholdError),
 }
 
 /// ε of a one-sided DKW band over `n` draws at level `delta`: √(ln(1/δ)/(2n)).
@@ -130,6 +148,142 @@ pub fn prior_bounds(
         n_positive: positives.len(),
         n_unlabeled: unlabeled.len(),
     })
+}
+
+/// Trains `learner`'s scorer on the `train` rows of `data` (unscaled; the scaler is fitted on
+/// them), positives against unlabeled rows (which stand in for negatives when the algorithm
+/// trains on negatives), and bounds π from the scores of the `held_positive` and
+/// `held_unlabeled` rows. Returns the bounds and the scorer's fit.
+#[allow(clippy::too_many_arguments)]
+pub fn bounds_from_held_out(
+    learner: &LearnerSpec,
+    data: &Dataset,
+    train: &[usize],
+    held_positive: &[usize],
+    held_unlabeled: &[usize],
+    delta: f64,
+    anchor: f64,
+    cancel: &AtomicBool,
+) -> Result<(PriorBounds, Fit), PriorError> {
+    let learner = learner.clone().check()?;
+    let solver = learner.solver(data.rows.n_features())?;
+    let mut train = data.select(train);
+    if solver.trains_on_negatives() {
+        for l in &mut train.labels {
+            if *l == Label::Unlabeled {
+                *l = Label::Negative;
+            }
+        }
+    }
+    let scaler = learner.scaler(&train);
+    let scaled_train = Dataset {
+        rows: scaler.transform(&train.rows),
+        labels: train.labels.clone(),
+        ids: train.ids.clone(),
+    };
+    let fit = solver.fit(None, &scaled_train, cancel)?;
+    let scores = |rows: &[usize]| fit.scores(&scaler.transform(&data.rows.select(rows)));
+    let bounds = prior_bounds(
+        &scores(held_positive),
+        &scores(held_unlabeled),
+        delta,
+        anchor,
+    )?;
+    Ok((bounds, fit))
+}
+
+/// The rank τ of the pre-pass ranker of [`resolve_training_prior`]: the positives against the
+/// top half of the unlabeled rows, a middle that suits any π.
+pub const PRE_PASS_RANK_TAU: f64 = 0.5;
+/// Its regularisation R (`neyman train`'s default).
+const PRE_PASS_REG: f64 = 1e-2;
+
+/// Fills in the π that `spec` needs before training when an end of its prior interval is
+/// `auto` (docs/certificates.md §5): USMO's π when `prior` is not given, and the `auto` ends
+/// of the interval that τ-FPL's PU rank τ takes the middle of. Both are the estimate of
+/// [`training_prior`], a pre-pass on the scorer's training rows only (`held_out` false): the
+/// rows that calibrate never enter, so the certificate's held-out rows stay unseen. Returns `spec` unchanged and `None` when nothing needs it (no `auto` end,
+/// or a τ-FPL scorer with negatives).
+pub fn resolve_training_prior(
+    spec: &LearnerSpec,
+    data: &Dataset,
+    held_out: &[bool],
+    cancel: &AtomicBool,
+) -> Result<(LearnerSpec, Option<PriorBounds>), PriorError> {
+    let Some(settings) = &spec.threshold else {
+        return Ok((spec.clone(), None));
+    };
+    let Some(auto) = settings.prior_auto else {
+        return Ok((spec.clone(), None));
+    };
+    let usmo_needs = matches!(&spec.algorithm, AlgorithmSpec::Usmo(u) if u.prior.is_none());
+    let pu = settings.spec(spec.seed).method_for(data) == ThresholdMethod::PuUmbrella;
+    if !usmo_needs && !pu {
+        return Ok((spec.clone(), None));
+    }
+    let bounds = training_prior(
+        data,
+        held_out,
+        settings.delta,
+        auto.anchor,
+        spec.seed,
+        cancel,
+    )?;
+    let estimate = bounds.estimate;
+    let mut resolved = spec.clone();
+    if let AlgorithmSpec::Usmo(u) = &mut resolved.algorithm {
+        u.prior.get_or_insert(estimate);
+    }
+    if let Some(t) = &mut resolved.threshold {
+        (t.prior_min, t.prior_max) = auto.fill(t.prior_min, t.prior_max, estimate);
+    }
+    Ok((resolved, Some(bounds)))
+}
+
+/// The pre-pass of [`resolve_training_prior`]: [`prior_bounds`] at `delta` and `anchor` from
+/// the training rows (`held_out` false) of `data` alone, their positives and unlabeled rows
+/// split in half by `seed`, a linear τ-FPL ranker of the positives against the unlabeled rows
+/// at rank τ [`PRE_PASS_RANK_TAU`] trained on one half and the other half scored.
+pub fn training_prior(
+    data: &Dataset,
+    held_out: &[bool],
+    delta: f64,
+    anchor: f64,
+    seed: u64,
+    cancel: &AtomicBool,
+) -> Result<PriorBounds, PriorError> {
+    let train = training_rows(held_out);
+    let of = |label| -> Vec<usize> {
+        train
+            .iter()
+            .copied()
+            .filter(|&i| data.labels[i] == label)
+            .collect()
+    };
+    let (fit_p, score_p) = calibration_split(&of(Label::Positive), 0.5, seed ^ 2)?;
+    let (fit_u, score_u) = calibration_split(&of(Label::Unlabeled), 0.5, seed ^ 3)?;
+    let mut fit_rows: Vec<usize> = fit_p.iter().chain(&fit_u).copied().collect();
+    fit_rows.sort_unstable();
+    let ranker = LearnerSpec {
+        algorithm: AlgorithmSpec::Tfpl(TfplSpec {
+            rank_tau: Some(PRE_PASS_RANK_TAU),
+            reg: PRE_PASS_REG,
+            solver: TfplSolver::Auto,
+            max_gram_bytes: 256 << 20,
+        }),
+        kernel: KernelSpec {
+            kind: Some(KernelKind::Linear),
+            ..KernelSpec::default()
+        },
+        scale: ScaleKind::Standard,
+        limits: SolverLimits::default(),
+        threshold: None,
+        seed,
+    };
+    bounds_from_held_out(
+        &ranker, data, &fit_rows, &score_p, &score_u, delta, anchor, cancel,
+    )
+    .map(|(bounds, _)| bounds)
 }
 
 #[cfg(test)]
