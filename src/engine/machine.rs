@@ -49,7 +49,7 @@ use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::np_score;
 use crate::learn::model::{Fingerprint, Model, Provenance};
 use crate::learn::prior::{resolve_training_prior, PriorBounds};
-use crate::learn::spec::{fit_of, model_of, Algorithm, Fit, ThresholdSpec};
+use crate::learn::spec::{fit_of, model_of, Algorithm, Fit, LearnerSpec};
 use crate::learn::threshold::{binomial_upper_tail, ThresholdMethod, ThresholdResult};
 use crate::learn::Scorer;
 use crate::stream::dlq::DlqRecord;
@@ -797,17 +797,7 @@ impl Engine {
             "positive_unlabeled"
         };
         tracing::debug!(mode, rows = snapshot.data.len(), "training snapshot");
-        let failed = |detail: String| RetrainOutcome::Failed { detail };
-        // With an `auto` prior end, the π needed before training comes from the training
-        // events alone (docs/certificates.md §5).
-        let (spec, _) = resolve_training_prior(
-            &self.config.model.learner_spec(),
-            &snapshot.data,
-            &snapshot.held_out,
-            &self.cancel,
-        )
-        .map_err(|e| failed(e.to_string()))?;
-        let spec = spec.check().map_err(|e| failed(e.to_string()))?;
+        let spec = self.config.model.learner_spec();
         // Fitted on the training events only: held-out events calibrate the threshold, and
         // they are the same events on every retrain, so a kept scaler never saw one either.
         let learner = self.learner.get_or_insert_with(|| Learner {
@@ -819,29 +809,14 @@ impl Engine {
             labels: snapshot.data.labels.clone(),
             ids: snapshot.data.ids.clone(),
         };
-        let algorithm = spec
-            .solver(n_features)
-            .map_err(|e| RetrainOutcome::Failed {
-                detail: e.to_string(),
-            })?;
-        // `threshold = "none"`: no threshold spec, nothing held out (the snapshot's held_out
-        // is all false then).
-        let threshold = spec.threshold_spec().map(|mut t| {
-            t.method.get_or_insert(if with_negatives {
-                ThresholdMethod::Umbrella
-            } else {
-                ThresholdMethod::PuUmbrella
-            });
-            t
-        });
         Ok(RetrainJob {
             started,
             n_features,
-            spec: threshold,
+            with_negatives,
+            spec,
             snapshot,
             scaled,
             scaler: learner.scaler.clone(),
-            algorithm,
             previous: learner.previous.clone(),
             cancel: Arc::clone(&self.cancel),
         })
@@ -853,14 +828,14 @@ impl Engine {
         if self.cancel.load(Ordering::Relaxed) {
             return RetrainOutcome::Cancelled;
         }
-        let (fit, threshold) = match fitted {
-            Ok((fit, threshold, prior)) => {
+        let (fit, threshold, algorithm) = match fitted {
+            Ok((fit, threshold, prior, algorithm)) => {
                 if let Some(b) = prior {
                     self.metrics.prior_estimate.set(b.estimate);
                     self.metrics.prior_lower_bound.set(b.lower);
                     self.metrics.prior_upper_bound.set(b.upper);
                 }
-                (fit, threshold)
+                (fit, threshold, algorithm)
             }
             // No certifiable threshold (too few calibration events, a prior interval too wide)
             // is the gate's "its threshold exists" failing, not a training fault.
@@ -893,7 +868,7 @@ impl Engine {
             learner.previous = Some(fit.clone());
         }
         let model = model_of(
-            &job.algorithm,
+            &algorithm,
             job.scaler,
             fit,
             Fingerprint::of(&job.scaled),
@@ -1176,9 +1151,11 @@ pub struct RetrainJob {
     snapshot: TrainingSnapshot,
     scaled: Dataset,
     scaler: Scaler,
-    algorithm: Algorithm,
-    /// `None` under `threshold = "none"`: every row trains and no threshold is calibrated.
-    spec: Option<ThresholdSpec>,
+    /// Whether the snapshot holds negatives (the default threshold method: umbrella).
+    with_negatives: bool,
+    /// The `[model]` settings, resolved and checked in [`RetrainJob::run`]: an `auto` prior
+    /// end needs a pre-pass fit, which belongs off the engine thread.
+    spec: LearnerSpec,
     previous: Option<Fit>,
     cancel: Arc<AtomicBool>,
 }
@@ -1186,33 +1163,51 @@ pub struct RetrainJob {
 /// A solved [`RetrainJob`], for [`Engine::complete_retrain`].
 pub struct TrainedRetrain {
     job: RetrainJob,
-    /// The fit, its threshold and the prior bounds its `auto` prior ends came from.
-    fitted: Result<(Fit, Option<ThresholdResult>, Option<PriorBounds>), CalibrateError>,
+    fitted: Result<Fitted, CalibrateError>,
 }
+
+/// The fit, its threshold, the prior bounds its `auto` prior ends came from, and the solver
+/// that made it.
+type Fitted = (Fit, Option<ThresholdResult>, Option<PriorBounds>, Algorithm);
 
 impl RetrainJob {
     /// Trains (warm-started from the previous solution) and calibrates the threshold on the
     /// held-out events. Stops early when the engine's cancel flag is set.
     pub fn run(self) -> TrainedRetrain {
-        let previous = self.previous.as_ref();
-        let fitted = match &self.spec {
-            Some(spec) => self
-                .algorithm
-                .fit_with_held_out_prior(
-                    previous,
-                    spec,
-                    &self.scaled,
-                    &self.snapshot.held_out,
-                    &self.cancel,
-                )
-                .map(|(fit, t, prior)| (fit, Some(t), prior)),
-            None => self
-                .algorithm
-                .fit(previous, &self.scaled, &self.cancel)
-                .map(|fit| (fit, None, None))
-                .map_err(CalibrateError::from),
-        };
+        let fitted = self.fit();
         TrainedRetrain { job: self, fitted }
+    }
+
+    /// The solver from the settings (with an `auto` prior end, the π needed before training
+    /// comes from the training events alone, docs/certificates.md §5), its fit and, unless
+    /// `threshold = "none"` (every row trains, no threshold), the threshold.
+    fn fit(&self) -> Result<Fitted, CalibrateError> {
+        let (spec, _) = resolve_training_prior(
+            &self.spec,
+            &self.snapshot.data,
+            &self.snapshot.held_out,
+            &self.cancel,
+        )?;
+        let spec = spec.check()?;
+        let algorithm = spec.solver(self.n_features)?;
+        let previous = self.previous.as_ref();
+        let Some(mut threshold) = spec.threshold_spec() else {
+            let fit = algorithm.fit(previous, &self.scaled, &self.cancel)?;
+            return Ok((fit, None, None, algorithm));
+        };
+        threshold.method.get_or_insert(if self.with_negatives {
+            ThresholdMethod::Umbrella
+        } else {
+            ThresholdMethod::PuUmbrella
+        });
+        let (fit, t, prior) = algorithm.fit_with_held_out_prior(
+            previous,
+            &threshold,
+            &self.scaled,
+            &self.snapshot.held_out,
+            &self.cancel,
+        )?;
+        Ok((fit, Some(t), prior, algorithm))
     }
 }
 

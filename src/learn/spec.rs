@@ -479,6 +479,21 @@ pub enum SpecError {
 }
 
 impl LearnerSpec {
+    /// The training scaler ([`usmo_scaler`], [`tfpl_scaler`]); it needs no checked settings.
+    pub fn scaler(&self, data: &Dataset) -> Scaler {
+        match self.algorithm {
+            AlgorithmSpec::Usmo(_) => usmo_scaler(self.scale, data),
+            AlgorithmSpec::Tfpl(_) => tfpl_scaler(self.scale, data),
+        }
+    }
+
+    /// The training scaler fitted on the rows of `data` that are not `held_out` (the mask of
+    /// [`Algorithm::held_out`]), so the rows that calibrate a threshold never shape the
+    /// features the scorer sees.
+    pub fn training_scaler(&self, data: &Dataset, held_out: &[bool]) -> Scaler {
+        self.scaler(&data.select(&training_rows(held_out)))
+    }
+
     /// Runs the solver's parameter checks on these settings (γ at its default for one
     /// feature when unset); the threshold settings are checked where they are used, by the
     /// calibration.
@@ -538,21 +553,6 @@ impl Learner {
                 Algorithm::Tfpl(s.params(rank_tau, kernel, limits, n_features)?)
             }
         })
-    }
-
-    /// The training scaler ([`usmo_scaler`], [`tfpl_scaler`]).
-    pub fn scaler(&self, data: &Dataset) -> Scaler {
-        match self.algorithm {
-            AlgorithmSpec::Usmo(_) => usmo_scaler(self.scale, data),
-            AlgorithmSpec::Tfpl(_) => tfpl_scaler(self.scale, data),
-        }
-    }
-
-    /// The training scaler fitted on the rows of `data` that are not `held_out` (the mask of
-    /// [`Algorithm::held_out`]), so the rows that calibrate a threshold never shape the
-    /// features the scorer sees.
-    pub fn training_scaler(&self, data: &Dataset, held_out: &[bool]) -> Scaler {
-        self.scaler(&data.select(&training_rows(held_out)))
     }
 
     /// The threshold settings as the calibration takes them, if a threshold is wanted.
