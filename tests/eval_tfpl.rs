@@ -513,6 +513,20 @@ fn usmo_pu_umbrella_takes_the_prior_from_the_interval() {
     assert_eq!(num(&given, "prior_used"), 0.32);
     let lone = with(&["--prior-max=0.37", "--lambda=0.01", "--repeats=1"]);
     assert_eq!(num(&lone, "prior_used"), 0.37);
+    // With an `auto` end, π is each split's training-rows estimate (train does the same), so
+    // `prior_used` is null and the certificate still stands.
+    let auto = with(&[
+        "--prior-min=auto",
+        "--prior-max=auto",
+        "--lambda=0.01",
+        "--repeats=2",
+        "--seed=2",
+    ]);
+    assert_eq!(auto["prior_used"], Value::Null);
+    let r = row(&auto, 0.1, "usmo");
+    assert_eq!(r["threshold_method"], "pu-umbrella");
+    assert!(num(&r, "tpr_mean") > 0.2, "{r:?}");
+    assert!(num(&r, "fpr_mean") <= 0.1, "{r:?}");
 }
 
 /// Table 3, heart (120/150, d = 13), τ-FPL with the paper's protocol: 30 stratified hold-outs,

@@ -369,8 +369,9 @@ pub struct DataArgs {
 /// The model's hyper-parameters.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
-    /// π: the class prior of the positives, in (0, 1); usmo needs it. In `eval --tau` with the
-    /// pu-umbrella threshold (usmo's default there) it defaults to the middle of
+    /// π: the class prior of the positives, in (0, 1); usmo needs it. With the pu-umbrella
+    /// threshold it defaults, when --prior-min or --prior-max is `auto`, to the estimate from the
+    /// training rows (train and eval, per split), and otherwise in `eval --tau` to the middle of
     /// --prior-min/--prior-max.
     #[arg(allow_negative_numbers = true, long)]
     pub prior: Option<f64>,
@@ -444,17 +445,17 @@ pub struct ThresholdArgs {
     /// pu-umbrella: lower end of the positive share of the unlabeled data, a number in (0, 1)
     /// or `auto`: a lower confidence bound from the held-out calibration rows scored by the
     /// trained scorer, at δ/2 (the certificate then runs at δ/2; together they hold with
-    /// probability ≥ 1 − δ). `auto` ASSUMES AN ANCHOR: the top --prior-anchor share of the
-    /// positives' scores holds no negatives; where negatives score as high as the best
-    /// positives it can exceed the true share and void the FPR promise.
+    /// probability ≥ 1 − δ). `auto` ASSUMES AN ANCHOR: no negative scores above the top
+    /// --prior-anchor share of the scorer's training positives' scores; where negatives score as
+    /// high as the best positives it can exceed the true share and void the FPR promise.
     #[arg(allow_negative_numbers = true, long)]
     pub prior_min: Option<PriorEnd>,
     /// pu-umbrella: upper end of the positive share of the unlabeled data, a number in (0, 1)
     /// or `auto` (from the calibration rows as for --prior-min; valid under SCAR alone).
     #[arg(allow_negative_numbers = true, long)]
     pub prior_max: Option<PriorEnd>,
-    /// The anchor share an `auto` --prior-min assumes: the top share of the positives' scores
-    /// that holds no negatives, in (0, 1].
+    /// The anchor share an `auto` --prior-min assumes: the top share of the scorer's training
+    /// positives' scores that no negative reaches, in (0, 1].
     #[arg(allow_negative_numbers = true, long, default_value_t = PriorAuto::DEFAULT_ANCHOR)]
     pub prior_anchor: f64,
     /// oob: bootstrap rounds.
@@ -521,9 +522,9 @@ pub struct PriorArgs {
     /// δ: the probability that [prior_lower_bound, prior_upper_bound] misses π (half per end).
     #[arg(allow_negative_numbers = true, long, default_value_t = 0.05)]
     pub delta: f64,
-    /// The lower end's assumption: the top ANCHOR share of the positives' scores holds no
-    /// negatives. Where negatives reach that high, the lower end can exceed π (the upper end
-    /// needs no assumption).
+    /// The lower end's assumption: no negative scores above the top ANCHOR share of the
+    /// training positives' scores. Where negatives reach that high, the lower end can exceed π
+    /// (the upper end needs no assumption).
     #[arg(allow_negative_numbers = true, long, default_value_t = 0.2)]
     pub anchor: f64,
     /// Share of the positives and of the unlabeled rows held out to bound π; the rest train
@@ -591,17 +592,17 @@ pub struct EvalThresholdArgs {
     /// pu-umbrella: lower end of the positive share of the unlabeled data, a number in (0, 1)
     /// or `auto`: a lower confidence bound from the held-out calibration rows scored by the
     /// trained scorer, at δ/2 (the certificate then runs at δ/2; together they hold with
-    /// probability ≥ 1 − δ). `auto` ASSUMES AN ANCHOR: the top --prior-anchor share of the
-    /// positives' scores holds no negatives; where negatives score as high as the best
-    /// positives it can exceed the true share and void the FPR promise.
+    /// probability ≥ 1 − δ). `auto` ASSUMES AN ANCHOR: no negative scores above the top
+    /// --prior-anchor share of the scorer's training positives' scores; where negatives score as
+    /// high as the best positives it can exceed the true share and void the FPR promise.
     #[arg(allow_negative_numbers = true, long)]
     pub prior_min: Option<PriorEnd>,
     /// pu-umbrella: upper end of the positive share of the unlabeled data, a number in (0, 1)
     /// or `auto` (from the calibration rows as for --prior-min; valid under SCAR alone).
     #[arg(allow_negative_numbers = true, long)]
     pub prior_max: Option<PriorEnd>,
-    /// The anchor share an `auto` --prior-min assumes: the top share of the positives' scores
-    /// that holds no negatives, in (0, 1].
+    /// The anchor share an `auto` --prior-min assumes: the top share of the scorer's training
+    /// positives' scores that no negative reaches, in (0, 1].
     #[arg(allow_negative_numbers = true, long, default_value_t = PriorAuto::DEFAULT_ANCHOR)]
     pub prior_anchor: f64,
     /// oob: bootstrap rounds.
@@ -678,15 +679,20 @@ impl ModelArgs {
         }
     }
 
-    pub fn usmo_spec(&self, lambda: f64) -> Result<UsmoSpec, CliError> {
-        let prior = self
-            .prior
-            .ok_or_else(|| CliError::Usage("--algo usmo needs --prior".into()))?;
-        Ok(UsmoSpec {
-            prior: Some(prior),
+    /// USMO's settings; π stays `None` without `--prior`, for the caller to fill in or refuse
+    /// ([`ModelArgs::required_prior`]).
+    pub fn usmo_spec(&self, lambda: f64) -> UsmoSpec {
+        UsmoSpec {
+            prior: self.prior,
             lambda,
             cache_bytes: self.cache_mb.saturating_mul(1 << 20),
-        })
+        }
+    }
+
+    /// `--prior`, where nothing estimates it.
+    pub fn required_prior(&self) -> Result<f64, CliError> {
+        self.prior
+            .ok_or_else(|| CliError::Usage("--algo usmo needs --prior".into()))
     }
 
     pub fn tfpl_spec(&self, reg: f64) -> TfplSpec {
@@ -700,24 +706,21 @@ impl ModelArgs {
 
     /// The one place the model flags map into a [`LearnerSpec`]: `regularisation` is λ (usmo)
     /// or R (tfpl), given by the caller (train: the flag or its default; eval: the flag or a
-    /// cross-validated choice). No threshold; train adds it from `--tau`.
-    pub fn learner_spec(
-        &self,
-        algo: AlgorithmName,
-        regularisation: f64,
-    ) -> Result<LearnerSpec, CliError> {
+    /// cross-validated choice). No threshold; train adds it from `--tau`. USMO's π is `--prior`
+    /// or `None` (see [`ModelArgs::usmo_spec`]).
+    pub fn learner_spec(&self, algo: AlgorithmName, regularisation: f64) -> LearnerSpec {
         let algorithm = match algo {
-            AlgorithmName::Usmo => AlgorithmSpec::Usmo(self.usmo_spec(regularisation)?),
+            AlgorithmName::Usmo => AlgorithmSpec::Usmo(self.usmo_spec(regularisation)),
             AlgorithmName::Tfpl => AlgorithmSpec::Tfpl(self.tfpl_spec(regularisation)),
         };
-        Ok(LearnerSpec {
+        LearnerSpec {
             algorithm,
             kernel: self.kernel_spec(),
             scale: self.scale.into(),
             limits: self.solver_limits(),
             threshold: None,
             seed: 0,
-        })
+        }
     }
 }
 
@@ -743,20 +746,12 @@ impl TrainArgs {
         };
         let threshold = self.threshold.settings();
         let prior_from_data = threshold.as_ref().is_some_and(|t| t.prior_auto.is_some());
-        let mut spec = match self.algo {
-            // USMO's π then defaults to the training rows' estimate
-            // (crate::learn::prior::resolve_training_prior).
-            AlgorithmName::Usmo if prior_from_data && self.model.prior.is_none() => {
-                let mut model = self.model.clone();
-                model.prior = Some(0.5);
-                let mut spec = model.learner_spec(self.algo, regularisation)?;
-                if let AlgorithmSpec::Usmo(u) = &mut spec.algorithm {
-                    u.prior = None;
-                }
-                spec
-            }
-            _ => self.model.learner_spec(self.algo, regularisation)?,
-        };
+        // With an `auto` end, USMO's π defaults to the training rows' estimate
+        // (crate::learn::prior::resolve_training_prior).
+        if self.algo == AlgorithmName::Usmo && !prior_from_data {
+            self.model.required_prior()?;
+        }
+        let mut spec = self.model.learner_spec(self.algo, regularisation);
         if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
             s.rank_tau = self.threshold.rank_tau;
         }

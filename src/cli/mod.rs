@@ -100,7 +100,9 @@ impl From<CalibrateError> for CliError {
         match e {
             CalibrateError::Usmo(u) => u.into(),
             CalibrateError::Needs(..) => CliError::Usage(e.to_string()),
-            CalibrateError::Threshold(t) => CliError::Threshold(t.to_string()),
+            CalibrateError::Threshold(_) | CalibrateError::Uncertified { .. } => {
+                CliError::Threshold(e.to_string())
+            }
             CalibrateError::Tfpl(t) => CliError::Training(t.to_string()),
             CalibrateError::Prior(p) => p.into(),
         }
@@ -150,7 +152,8 @@ fn usmo_params(
     lambda: f64,
     n_features: usize,
 ) -> Result<UsmoValidParams, CliError> {
-    let spec = args.usmo_spec(lambda)?;
+    args.required_prior()?;
+    let spec = args.usmo_spec(lambda);
     Ok(spec.params(&args.kernel_spec(), &args.solver_limits(), n_features)?)
 }
 

@@ -3,7 +3,7 @@
 //! [`super::baselines`], kept apart so neither imports the other's internals.
 
 use super::args::EvalArgs;
-use crate::learn::metrics::{f1_for, np_score, roc_auc, Confusion, F1Class};
+use crate::learn::metrics::{f1_for, np_score, roc_auc, tpr_at_fpr, Confusion, F1Class};
 use crate::learn::spec::{PriorAuto, PriorEnd, ThresholdSettings, ThresholdSpec};
 use crate::learn::threshold::{npscore_threshold, OobRule, ThresholdMethod};
 
@@ -89,6 +89,9 @@ pub struct Cell {
     /// The NP-score of the best threshold for the test part itself: what a perfect threshold
     /// would reach with this scorer, separating ranking quality from threshold choice.
     pub oracle_np_score: f64,
+    /// The highest test TPR at a test FPR ≤ τ ([`tpr_at_fpr`]): the scorer's own test-picked
+    /// TPR, the ceiling any threshold chosen without the test labels can only approach.
+    pub oracle_tpr: f64,
     pub converged: bool,
     /// The umbrella or pu-umbrella method could not certify τ on this split: the classifier
     /// flags nothing (FPR 0, TPR 0), as a deployment that refuses would.
@@ -141,6 +144,7 @@ impl TestPart<'_> {
             fpr_bound: None,
             test_scores: scores.to_vec(),
             oracle_np_score,
+            oracle_tpr: tpr_at_fpr(scores, self.truth, tau).unwrap_or(f64::NAN),
             converged: true,
             refused: false,
         }

@@ -38,7 +38,8 @@
 //!   the threshold minimising the NP-score out of bootstrap). usmo never sees negatives, so it
 //!   defaults to `pu-umbrella` (which needs `--prior-min/--prior-max`), as does tfpl with
 //!   `--pu-labeled-fraction`. usmo's π then defaults to the interval's middle
-//!   (`prior_used` in the report). tfpl on PU data with `oob` or `umbrella` counts the unlabeled
+//!   (`prior_used` in the report), or with an `auto` end to the estimate from each split's
+//!   training rows (`prior_used` null). tfpl on PU data with `oob` or `umbrella` counts the unlabeled
 //!   training rows as negatives (biased: unlabeled positives act as negatives).
 //! - usmo with `umbrella`: `--calibration-fraction` of the true training negatives keep their
 //!   label −1 (USMO never trains on negatives, so they stay unseen) and calibrate; the other
@@ -55,7 +56,9 @@
 //! - Besides the per-split mean NP-score, each row reports `np_score_of_means` (the score of
 //!   the mean rates, which is what every checked cell of the paper's Table 3 equals up to
 //!   rounding) and `np_score_oracle_mean` (the threshold chosen on the test part itself: how
-//!   much of the score is ranking and how much threshold choice).
+//!   much of the score is ranking and how much threshold choice), and `tpr_oracle_mean`: the
+//!   highest test TPR at a test FPR ≤ τ, the scorer's own test-picked TPR that a certified
+//!   threshold can only approach (refused splits, which have no scorer, are left out of both).
 //! - `--plot`: per τ, each method's ROC and operating point on split 0's test part (one scorer's
 //!   honest curve; pooling splits would mix differently scaled scorers) and the strip of every
 //!   split's test FPR.
@@ -68,7 +71,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
-use super::args::{AlgorithmName, CompareArg, EvalArgs, ReportFormat, ThresholdName};
+use super::args::{AlgorithmName, CompareArg, EvalArgs, ModelArgs, ReportFormat, ThresholdName};
 use super::baselines::svm_cells;
 use super::eval::{choose_lambda, run_repeats, stratified_split, transductive};
 use super::np_cells::{Cell, Method, Plan, TestPart};
@@ -143,7 +146,7 @@ fn is_refusal(e: &CalibrateError) -> bool {
         e,
         CalibrateError::Threshold(
             ThresholdError::NotCertified { .. } | ThresholdError::TooFewNegatives { .. }
-        )
+        ) | CalibrateError::Uncertified { .. }
     )
 }
 
@@ -172,6 +175,7 @@ fn refusal(test: &TestPart, hyper: f64, method: ThresholdMethod, reason: &Calibr
         fpr_bound: None,
         test_scores: Vec::new(),
         oracle_np_score: f64::NAN,
+        oracle_tpr: f64::NAN,
         converged: true,
         refused: true,
     }
@@ -215,12 +219,13 @@ impl Prepared {
 
     /// `spec` with its `auto` prior ends at the estimate of the training rows alone
     /// ([`training_prior`]) where pu-umbrella needs an interval before training (τ-FPL's PU
-    /// rank τ); the calibration then takes them from the held-out rows.
+    /// rank τ, USMO's π without `--prior`), and that estimate; the calibration then takes the
+    /// ends from the held-out rows.
     fn with_training_prior(
         &self,
         spec: ThresholdSpec,
         cancel: &AtomicBool,
-    ) -> Result<ThresholdSpec, CliError> {
+    ) -> Result<(ThresholdSpec, Option<f64>), CliError> {
         match spec.prior_auto {
             Some(auto) if spec.method_for(&self.data) == ThresholdMethod::PuUmbrella => {
                 let bounds = training_prior(
@@ -231,9 +236,12 @@ impl Prepared {
                     spec.seed,
                     cancel,
                 )?;
-                Ok(spec.with_prior_estimate(bounds.estimate))
+                Ok((
+                    spec.with_prior_estimate(bounds.estimate),
+                    Some(bounds.estimate),
+                ))
             }
-            _ => Ok(spec),
+            _ => Ok((spec, None)),
         }
     }
 }
@@ -321,7 +329,7 @@ fn tfpl_setup(
         test_rows,
         |rows| tfpl_scaler(kind, rows),
     )?;
-    let spec = prep.with_training_prior(spec, cancel)?;
+    let (spec, _) = prep.with_training_prior(spec, cancel)?;
     let (reg, warm) = match args.model.reg {
         Some(reg) => (reg, None),
         None => {
@@ -395,24 +403,36 @@ fn usmo_setup(
     chosen: &mut Option<(Vec<usize>, f64)>,
     cancel: &AtomicBool,
 ) -> Result<Setup, CliError> {
-    let args = plan.args;
     let spec = plan.spec(tau, seed);
-    let at = |lambda| -> Result<Algorithm, CliError> {
-        Ok(Algorithm::Usmo(usmo_params(
-            &args.model,
-            lambda,
-            data.rows.n_features(),
-        )?))
-    };
-    let kind = args.model.scale.into();
+    let n_features = data.rows.n_features();
+    let kind = plan.args.model.scale.into();
     let prep = Prepared::new(
-        &at(args.model.lambda.unwrap_or(1e-2))?,
+        &Algorithm::Usmo(usmo_params(
+            &with_stand_in_prior(&plan.args.model),
+            plan.args.model.lambda.unwrap_or(1e-2),
+            n_features,
+        )?),
         &spec,
         data,
         test_rows,
         |rows| usmo_scaler(kind, rows),
     )?;
-    let spec = prep.with_training_prior(spec, cancel)?;
+    let (spec, estimate) = prep.with_training_prior(spec, cancel)?;
+    let args = match (plan.args.model.prior, estimate) {
+        (None, Some(prior)) => {
+            let mut filled = plan.args.clone();
+            filled.model.prior = Some(prior);
+            Cow::Owned(filled)
+        }
+        _ => Cow::Borrowed(plan.args),
+    };
+    let at = |lambda| -> Result<Algorithm, CliError> {
+        Ok(Algorithm::Usmo(usmo_params(
+            &args.model,
+            lambda,
+            n_features,
+        )?))
+    };
     let lambda = match (args.model.lambda, &*chosen) {
         (Some(lambda), _) => lambda,
         (None, Some((rows, lambda))) if *rows == prep.rows => *lambda,
@@ -423,7 +443,7 @@ fn usmo_setup(
                 .copied()
                 .filter(|&i| data.labels[i] != Label::Negative)
                 .collect();
-            let lambda = choose_lambda(args, &data.select(&cv_rows), seed, cancel)?;
+            let lambda = choose_lambda(&args, &data.select(&cv_rows), seed, cancel)?;
             *chosen = Some((prep.rows.clone(), lambda));
             lambda
         }
@@ -555,9 +575,11 @@ fn threshold_of(args: &EvalArgs) -> ThresholdMethod {
 /// The flags with usmo's π filled in when `--prior` is absent and the threshold is
 /// `pu-umbrella`: the middle of `--prior-min/--prior-max` (a lone end is a point interval, as
 /// for the threshold). The interval already states what the data's π may be, so asking for a
-/// second number inside it would only invite a contradiction.
+/// second number inside it would only invite a contradiction. With an `auto` end π is left
+/// to the estimate from each split's training rows ([`Prepared::with_training_prior`]).
 fn with_default_prior(args: &EvalArgs) -> Cow<'_, EvalArgs> {
     let t = &args.threshold;
+    let auto = [t.prior_min, t.prior_max].contains(&Some(PriorEnd::Auto));
     let (min, max) = (
         t.prior_min.and_then(PriorEnd::value),
         t.prior_max.and_then(PriorEnd::value),
@@ -565,7 +587,8 @@ fn with_default_prior(args: &EvalArgs) -> Cow<'_, EvalArgs> {
     let interval = min.or(max).zip(max.or(min));
     match interval {
         Some((lo, hi))
-            if args.algo == AlgorithmName::Usmo
+            if !auto
+                && args.algo == AlgorithmName::Usmo
                 && args.model.prior.is_none()
                 && threshold_of(args) == ThresholdMethod::PuUmbrella =>
         {
@@ -575,6 +598,16 @@ fn with_default_prior(args: &EvalArgs) -> Cow<'_, EvalArgs> {
         }
         _ => Cow::Borrowed(args),
     }
+}
+
+/// The model flags with a stand-in π where `--prior` is absent, for what never depends on π:
+/// checking the other flags and the calibration split (as
+/// [`crate::learn::spec::LearnerSpec::held_out`]). Where nothing estimates π, `plan` has already
+/// asked for `--prior`.
+fn with_stand_in_prior(model: &ModelArgs) -> ModelArgs {
+    let mut probe = model.clone();
+    probe.prior.get_or_insert(0.5);
+    probe
 }
 
 /// Validated flags of the τ protocol.
@@ -647,14 +680,6 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
         if args.pu_labeled_fraction.is_none() {
             return usage("--threshold pu-umbrella needs --pu-labeled-fraction".into());
         }
-        let auto = [t.prior_min, t.prior_max].contains(&Some(PriorEnd::Auto));
-        if auto && args.algo == AlgorithmName::Usmo && args.model.prior.is_none() {
-            return usage(
-                "eval --algo usmo with --prior-min/--prior-max auto needs --prior (train \
-                 estimates it from the training rows)"
-                    .into(),
-            );
-        }
         if t.prior_min.is_none() && t.prior_max.is_none() {
             return usage(
                 "--threshold pu-umbrella needs --prior-min/--prior-max (the positive share of \
@@ -662,6 +687,11 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
                     .into(),
             );
         }
+    }
+    let estimated = threshold == ThresholdMethod::PuUmbrella
+        && [t.prior_min, t.prior_max].contains(&Some(PriorEnd::Auto));
+    if args.algo == AlgorithmName::Usmo && !estimated {
+        args.model.required_prior()?;
     }
     if t.rounds == 0 {
         return usage("--rounds must be at least 1".into());
@@ -706,6 +736,7 @@ struct Summary {
     auc: (f64, f64),
     fpr_bound_mean: Option<f64>,
     oracle_np_score: f64,
+    oracle_tpr: f64,
     refused_share: f64,
     hyper: Vec<f64>,
     cost_ratio: Vec<f64>,
@@ -718,6 +749,10 @@ fn summarise(tau: f64, rank_tau: f64, method: Method, cells: &[&Cell]) -> Summar
         cells.iter().filter(|c| f(c)).count() as f64 / cells.len() as f64
     };
     let aucs: Vec<f64> = cells.iter().filter_map(|c| c.auc).collect();
+    let finite_mean = |f: &dyn Fn(&Cell) -> f64| {
+        let values: Vec<f64> = pick(f).into_iter().filter(|v| v.is_finite()).collect();
+        mean_sd(&values).0
+    };
     let bounds: Vec<f64> = cells.iter().filter_map(|c| c.fpr_bound).collect();
     Summary {
         tau,
@@ -740,14 +775,8 @@ fn summarise(tau: f64, rank_tau: f64, method: Method, cells: &[&Cell]) -> Summar
             mean_sd(&aucs)
         },
         fpr_bound_mean: (!bounds.is_empty()).then(|| mean_sd(&bounds).0),
-        oracle_np_score: mean_sd(
-            &cells
-                .iter()
-                .map(|c| c.oracle_np_score)
-                .filter(|v| v.is_finite())
-                .collect::<Vec<f64>>(),
-        )
-        .0,
+        oracle_np_score: finite_mean(&|c| c.oracle_np_score),
+        oracle_tpr: finite_mean(&|c| c.oracle_tpr),
         refused_share: share(&|c| c.refused),
         hyper: pick(&|c| c.hyper),
         cost_ratio: cells.iter().filter_map(|c| c.cost_ratio).collect(),
@@ -783,6 +812,7 @@ impl Summary {
             "auc_mean": nan_as_null(self.auc.0),
             "fpr_bound_mean": self.fpr_bound_mean,
             "np_score_oracle_mean": nan_as_null(self.oracle_np_score),
+            "tpr_oracle_mean": nan_as_null(self.oracle_tpr),
             "np_score_of_means": np_score(self.fpr.0, self.tpr.0, self.tau),
             "refused_share": self.refused_share,
             "converged_share": self.converged_share,
@@ -855,7 +885,11 @@ pub(super) fn np_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliErr
             }
         }
         AlgorithmName::Usmo => {
-            usmo_params(&args.model, args.model.lambda.unwrap_or(1e-2), n_features)?;
+            usmo_params(
+                &with_stand_in_prior(&args.model),
+                args.model.lambda.unwrap_or(1e-2),
+                n_features,
+            )?;
         }
     }
     let message = format!("evaluating {}", plan.methods[0].name());
@@ -935,6 +969,7 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
         .model
         .prior
         .filter(|_| args.algo == AlgorithmName::Usmo);
+    let estimated = args.algo == AlgorithmName::Usmo && prior_used.is_none();
     match args.report {
         Some(ReportFormat::Json) => {
             let results: Vec<Value> = summaries.iter().map(Summary::json).collect();
@@ -969,6 +1004,7 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
             };
             let selection = match prior_used {
                 Some(prior) => format!("{selection}, π = {prior}"),
+                None if estimated => format!("{selection}, π from each split's training rows"),
                 None => selection,
             };
             println!(

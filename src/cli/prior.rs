@@ -66,7 +66,10 @@ pub fn prior(args: &PriorArgs, cancel: &AtomicBool) -> Result<(), CliError> {
             .ok_or_else(|| CliError::Usage("--algo usmo needs --lambda".into()))?,
         AlgorithmName::Tfpl => args.model.reg.unwrap_or(DEFAULT_REG),
     };
-    let mut spec = args.model.learner_spec(args.algo, regularisation)?;
+    if args.algo == AlgorithmName::Usmo {
+        args.model.required_prior()?;
+    }
+    let mut spec = args.model.learner_spec(args.algo, regularisation);
     if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
         // τ-FPL ranks positives against negatives: the unlabeled rows stand in for them.
         s.rank_tau = Some(args.rank_tau);
@@ -89,6 +92,7 @@ pub fn prior(args: &PriorArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         "prior_true": prior_true,
         "delta": bounds.delta,
         "anchor": bounds.anchor,
+        "anchor_threshold": bounds.anchor_threshold,
         "calibration_positives": bounds.n_positive,
         "calibration_unlabeled": bounds.n_unlabeled,
         "algorithm": name,
@@ -98,7 +102,7 @@ pub fn prior(args: &PriorArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         Some(ReportFormat::Json) => println!("{report}"),
         None => println!(
             "prior: estimate {:.4}, [{:.4}, {:.4}] with probability ≥ {} (the lower end assumes \
-             the top {} of the positives' scores holds no negatives){}",
+             no negative scores above the top {} of the training positives' scores){}",
             bounds.estimate,
             bounds.lower,
             bounds.upper,

@@ -106,11 +106,11 @@ pub struct ModelConfig {
     pub prior: Option<f64>,
     /// pu-umbrella: lower end of the plausible π (default: `prior`); a number or `"auto"`.
     /// `"auto"` takes it at each retrain from the held-out calibration events scored by the new
-    /// model (a DKW lower confidence bound at δ/2; the certificate then runs at δ/2, so both
-    /// hold together with probability ≥ 1 − δ; docs/certificates.md §5). It **assumes an
-    /// anchor**: the top `prior_anchor` share of the positives' scores holds no negatives. Where
-    /// negatives score as high as the best positives the bound can land above the true π and
-    /// the FPR promise is then void, so it is not the default.
+    /// model (a lower confidence bound at δ/2; the certificate then runs at δ/2, so both hold
+    /// together with probability ≥ 1 − δ; docs/certificates.md §5). It **assumes an anchor**:
+    /// no negative scores above the top `prior_anchor` share of the model's training
+    /// positives' scores. Where negatives score as high as the best positives the bound can land
+    /// above the true π and the FPR promise is then void, so it is not the default.
     #[serde(default)]
     pub prior_min: Option<PriorEnd>,
     /// pu-umbrella: upper end of the plausible π (default: `prior`); a number or `"auto"`.
@@ -118,8 +118,8 @@ pub struct ModelConfig {
     /// assumption beyond SCAR (FPR ≥ 0 bounds π from above).
     #[serde(default)]
     pub prior_max: Option<PriorEnd>,
-    /// The anchor share an `"auto"` `prior_min` assumes: the top share of the positives'
-    /// scores that holds no negatives, in (0, 1].
+    /// The anchor share an `"auto"` `prior_min` assumes: the top share of the model's training
+    /// positives' scores that no negative reaches, in (0, 1].
     #[serde(default = "default_prior_anchor")]
     pub prior_anchor: f64,
     /// τ: the target false-positive rate.

@@ -828,18 +828,22 @@ impl Engine {
         if self.cancel.load(Ordering::Relaxed) {
             return RetrainOutcome::Cancelled;
         }
+        // Also when the certificate is refused: the bounds say why (docs/certificates.md §5).
+        let prior = match &fitted {
+            Ok((_, _, prior, _)) => *prior,
+            Err(CalibrateError::Uncertified { bounds, .. }) => Some(**bounds),
+            Err(_) => None,
+        };
+        if let Some(b) = prior {
+            self.metrics.prior_estimate.set(b.estimate);
+            self.metrics.prior_lower_bound.set(b.lower);
+            self.metrics.prior_upper_bound.set(b.upper);
+        }
         let (fit, threshold, algorithm) = match fitted {
-            Ok((fit, threshold, prior, algorithm)) => {
-                if let Some(b) = prior {
-                    self.metrics.prior_estimate.set(b.estimate);
-                    self.metrics.prior_lower_bound.set(b.lower);
-                    self.metrics.prior_upper_bound.set(b.upper);
-                }
-                (fit, threshold, algorithm)
-            }
+            Ok((fit, threshold, _, algorithm)) => (fit, threshold, algorithm),
             // No certifiable threshold (too few calibration events, a prior interval too wide)
             // is the gate's "its threshold exists" failing, not a training fault.
-            Err(CalibrateError::Threshold(e)) => {
+            Err(e @ (CalibrateError::Threshold(_) | CalibrateError::Uncertified { .. })) => {
                 return RetrainOutcome::Rejected {
                     reason: GateReason::NoThreshold,
                     detail: e.to_string(),
@@ -1396,7 +1400,8 @@ mod tests {
 
     /// With `prior_min = prior_max = "auto"` (and USMO's π left to the training events), each
     /// retrain sets the prior gauges from its calibration events: NaN before, then a bracket
-    /// around the bundled stream's spam share (0.38 of its unlabeled events, its shipped `prior`).
+    /// around the bundled stream's spam share (0.38 of its unlabeled events, its shipped `prior`),
+    /// also when the retrain is refused.
     #[test]
     fn auto_prior_ends_set_the_prior_gauges_at_each_retrain() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -1420,6 +1425,25 @@ mod tests {
             "{:?}",
             gauges(&e)
         );
+        assert!(lower <= 0.38 && 0.38 <= upper, "{:?}", gauges(&e));
+        // A refused certificate still sets them, and its detail names the bounds it used.
+        for gauge in [
+            &e.metrics.prior_lower_bound,
+            &e.metrics.prior_estimate,
+            &e.metrics.prior_upper_bound,
+        ] {
+            gauge.set(f64::NAN);
+        }
+        e.config.model.tau = 0.001;
+        match e.retrain() {
+            RetrainOutcome::Rejected {
+                reason: GateReason::NoThreshold,
+                detail,
+            } => assert!(detail.contains("auto ends"), "{detail}"),
+            other => panic!("{other:?}"),
+        }
+        let [lower, estimate, upper] = gauges(&e);
+        assert!(lower <= estimate && estimate <= upper, "{:?}", gauges(&e));
         assert!(lower <= 0.38 && 0.38 <= upper, "{:?}", gauges(&e));
     }
 

@@ -39,6 +39,19 @@ pub enum CalibrateError {
     Needs(&'static str, &'static str),
     #[error(transparent)]
     Prior(#[from] PriorError),
+    /// pu-umbrella certified no candidate with an interval whose `auto` ends came from
+    /// `bounds`: the refusal, and the bounds it was computed with (the daemon still exports them).
+    #[error(
+        "{error} (the prior interval's auto ends: [{:.4}, {:.4}], estimate {:.4}, from the \
+         calibration rows)",
+        bounds.lower,
+        bounds.upper,
+        bounds.estimate
+    )]
+    Uncertified {
+        error: ThresholdError,
+        bounds: Box<PriorBounds>,
+    },
 }
 
 impl From<SpecError> for CalibrateError {
@@ -200,21 +213,34 @@ impl Algorithm {
                     fit.scores(&data.rows.select(&cal_p)),
                     fit.scores(&data.rows.select(&cal_u)),
                 );
+                let training_scores = fit.scores(&train.rows);
+                let training_positive_scores: Vec<f64> = train
+                    .indices_of(Label::Positive)
+                    .into_iter()
+                    .map(|i| training_scores[i])
+                    .collect();
                 // `auto` ends from the same calibration scores, at a share of δ.
                 let prior = spec
-                    .calibration_prior(&cal_p, &cal_u)?
+                    .calibration_prior(&cal_p, &cal_u, &training_positive_scores)?
                     .ok_or(CalibrateError::Needs("pu-umbrella", "a prior interval"))?;
                 // The candidates and their order come from the training rows' scores only
                 // (docs/certificates.md §2).
                 let result = pu_umbrella(
-                    &pu_candidates(&fit.scores(&train.rows)),
+                    &pu_candidates(&training_scores),
                     &cal_p,
                     &cal_u,
                     spec.tau,
                     prior.delta,
                     prior.prior_min,
                     prior.prior_max,
-                )?;
+                )
+                .map_err(|error| match prior.bounds {
+                    Some(bounds) => CalibrateError::Uncertified {
+                        error,
+                        bounds: Box::new(bounds),
+                    },
+                    None => error.into(),
+                })?;
                 Ok((fit, result, prior.bounds))
             }
             ThresholdMethod::Oob => {

@@ -195,6 +195,23 @@ pub fn partial_auc(scores: &[f64], truth: &[bool], max_fpr: f64) -> Option<f64> 
     Some(area)
 }
 
+/// The highest TPR of a threshold (flag iff score > t) whose FPR is at most `max_fpr`: what a
+/// threshold picked on these very labels keeps at that FPR, the ceiling a certificate can only
+/// approach. Tied scores flag together. `None` for the same inputs as [`roc_auc`].
+pub fn tpr_at_fpr(scores: &[f64], truth: &[bool], max_fpr: f64) -> Option<f64> {
+    let (groups, positives, negatives) = tie_groups(scores, truth)?;
+    let (mut tp, mut fp, mut best) = (0u64, 0u64, 0u64);
+    for g in groups.iter().rev() {
+        tp += g.pos;
+        fp += g.neg;
+        if fp as f64 / negatives as f64 > max_fpr {
+            break;
+        }
+        best = tp;
+    }
+    Some(best as f64 / positives as f64)
+}
+
 /// Neyman–Pearson score max(fpr, τ)/τ − tpr (τ-FPL paper, Table 3); lower is better. A
 /// classifier within the budget scores 1 − tpr; each multiple of τ over it costs 1.
 ///
@@ -477,6 +494,32 @@ mod tests {
                 }
                 None => prop_assert_eq!(brute_auc(&scores, &truth), None),
             }
+        }
+
+        #[test]
+        fn tpr_at_fpr_is_the_best_threshold_within_the_budget(
+            (scores, truth) in scored_sample(),
+            max_fpr in 0.0..=1.0f64,
+        ) {
+            let want = brute_auc(&scores, &truth).map(|_| {
+                // Every threshold: above all scores, and at each score.
+                std::iter::once(f64::INFINITY)
+                    .chain(scores.iter().copied())
+                    .map(|t| {
+                        let count = |class: bool, flagged: bool| {
+                            scores
+                                .iter()
+                                .zip(&truth)
+                                .filter(|&(&s, &c)| c == class && (!flagged || s > t))
+                                .count() as f64
+                        };
+                        (count(false, true) / count(false, false), count(true, true) / count(true, false))
+                    })
+                    .filter(|&(fpr, _)| fpr <= max_fpr)
+                    .map(|(_, tpr)| tpr)
+                    .fold(0.0, f64::max)
+            });
+            prop_assert_eq!(tpr_at_fpr(&scores, &truth, max_fpr), want);
         }
 
         #[test]

@@ -8,15 +8,16 @@
 //!
 //! - **Upper end, no assumption.** FPR ≥ 0 gives π ≤ F_U(t)/TPR(t) for every t, so
 //!   π ≤ inf_t (F̂_U(t) + ε_U)/(F̂_P(t) − ε_P) with probability ≥ 1 − δ (δ/2 per band).
-//! - **Lower end, under the anchor assumption.** The top `anchor` share of the positives'
-//!   scores holds no negatives: FPR(t₀) = 0 where TPR(t₀) = anchor. Then F_U(t) = π·TPR(t) for
-//!   every t above t₀, so π ≥ (F̂_U(t) − ε_U)/(F̂_P(t) + ε_P) at every t the bands place above
-//!   t₀ (F̂_P(t) + ε_P < anchor), with probability ≥ 1 − δ. Without an anchor's size the same
-//!   expression would have to be minimised over every t, which is ≤ 0 at the top of the
-//!   scores: no bound at all. When the assumption fails (negatives among the top-scored
-//!   positives), the bound can land above π.
-//! - **Estimate.** F̂_U(t)/F̂_P(t) where F̂_P(t) is closest to `anchor` (the anchor's edge: the
-//!   most positives for the least bias under the assumption).
+//! - **Lower end, under the anchor assumption.** No negative scores above the anchor threshold
+//!   t_a, the score above which the top `anchor` share of the scorer's *training* positives lie
+//!   ([`Anchor`]; fixed before any held-out score is seen): FPR(t_a) = 0, so
+//!   F_U(t_a) = π·TPR(t_a) and π ≥ F_U⁻(t_a)/TPR⁺(t_a) with one-sided Clopper–Pearson limits at
+//!   δ/4 each, with probability ≥ 1 − δ/2. One fixed threshold needs no uniform band, so the
+//!   limits are binomial (about √(p(1 − p)/n) wide rather than DKW's √(ln(4/δ)/(2n))). Without an
+//!   anchor the ratio would have to be minimised over every t, which is ≤ 0 at the top of the
+//!   scores: no bound at all. When the assumption fails (negatives above t_a), the bound can
+//!   land above π.
+//! - **Estimate.** F̂_U(t_a)/F̂_P(t_a), kept inside the bounds.
 //!
 //! [`bounds_from_held_out`] trains a scorer on some rows and bounds π from others' scores
 //! (`neyman prior`); [`resolve_training_prior`] uses it on the scorer's training rows alone for
@@ -30,7 +31,40 @@ use crate::learn::spec::{
     SpecError, TfplSpec,
 };
 use crate::learn::tfpl::TfplSolver;
-use crate::learn::threshold::{calibration_split, ThresholdError, ThresholdMethod};
+use crate::learn::threshold::{
+    calibration_split, clopper_pearson_lower, clopper_pearson_upper, ThresholdError,
+    ThresholdMethod,
+};
+
+/// The lower end's anchor: the `share` of the scorer's training positives whose scores lie above
+/// `threshold` (t_a), which the anchor assumption says no negative reaches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Anchor {
+    pub share: f64,
+    pub threshold: f64,
+}
+
+impl Anchor {
+    /// t_a from the scorer's training positives' scores: the ⌈(1 − share)·n⌉-th smallest, so
+    /// that about `share` of them lie above it (−∞ when `share` is 1). Training scores are
+    /// in-sample, usually higher than held-out ones, so t_a tends to sit above the held-out
+    /// positives' own `share` quantile: the assumption it encodes is then only weaker.
+    pub fn from_training(
+        training_positive_scores: &[f64],
+        share: f64,
+    ) -> Result<Anchor, PriorError> {
+        if !(share > 0.0 && share <= 1.0) {
+            return Err(PriorError::Anchor(share));
+        }
+        let sorted = sorted_checked(training_positive_scores, "training positive")?;
+        let at_or_below = ((1.0 - share) * sorted.len() as f64).ceil() as usize;
+        let threshold = match at_or_below.checked_sub(1) {
+            Some(i) => sorted[i.min(sorted.len() - 1)],
+            None => f64::NEG_INFINITY,
+        };
+        Ok(Anchor { share, threshold })
+    }
+}
 
 /// Bounds on π and the settings they were computed with.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -43,6 +77,8 @@ pub struct PriorBounds {
     /// The probability that [lower, upper] misses π (δ/2 per end).
     pub delta: f64,
     pub anchor: f64,
+    /// t_a of [`Anchor`].
+    pub anchor_threshold: f64,
     pub n_positive: usize,
     pub n_unlabeled: usize,
 }
@@ -103,48 +139,44 @@ fn curve(positives: &[f64], unlabeled: &[f64]) -> Vec<(f64, f64)> {
 }
 
 /// Bounds on π from held-out positive and unlabeled scores (see the module docs): the whole
-/// interval holds with probability ≥ 1 − `delta` under SCAR and the anchor assumption with
-/// share `anchor`; the upper end alone holds with probability ≥ 1 − `delta`/2 under SCAR.
+/// interval holds with probability ≥ 1 − `delta` under SCAR and the anchor assumption at
+/// `anchor`; the upper end alone holds with probability ≥ 1 − `delta`/2 under SCAR.
 pub fn prior_bounds(
     positive_scores: &[f64],
     unlabeled_scores: &[f64],
     delta: f64,
-    anchor: f64,
+    anchor: Anchor,
 ) -> Result<PriorBounds, PriorError> {
     if !(delta > 0.0 && delta < 1.0) {
         return Err(PriorError::Delta(delta));
     }
-    if !(anchor > 0.0 && anchor <= 1.0) {
-        return Err(PriorError::Anchor(anchor));
-    }
     let positives = sorted_checked(positive_scores, "positive")?;
     let unlabeled = sorted_checked(unlabeled_scores, "unlabeled")?;
-    // δ/2 per end, δ/4 per one-sided band.
+    // δ/2 per end, δ/4 per one-sided band or limit.
     let eps_p = dkw_epsilon(positives.len(), delta / 4.0);
     let eps_u = dkw_epsilon(unlabeled.len(), delta / 4.0);
-    let curve = curve(&positives, &unlabeled);
-    let upper = curve
+    let upper = curve(&positives, &unlabeled)
         .iter()
         .filter(|(tpr, _)| *tpr - eps_p > 0.0)
         .map(|(tpr, f)| (f + eps_u) / (tpr - eps_p))
         .fold(1.0_f64, f64::min);
-    let lower = curve
-        .iter()
-        .filter(|(tpr, _)| tpr + eps_p < anchor)
-        .map(|(tpr, f)| (f - eps_u) / (tpr + eps_p))
-        .fold(0.0_f64, f64::max)
-        .min(upper);
-    let at_edge = curve
-        .iter()
-        .filter(|(tpr, _)| *tpr > 0.0)
-        .min_by(|a, b| (a.0 - anchor).abs().total_cmp(&(b.0 - anchor).abs()))
-        .map_or(upper, |(tpr, f)| f / tpr);
+    let (n_p, n_u) = (positives.len(), unlabeled.len());
+    let above = |s: &[f64]| s.len() - s.partition_point(|&v| v <= anchor.threshold);
+    let (x_p, x_u) = (above(&positives), above(&unlabeled));
+    let tpr_upper = clopper_pearson_upper(x_p, n_p, delta / 4.0);
+    let lower = (clopper_pearson_lower(x_u, n_u, delta / 4.0) / tpr_upper).min(upper);
+    let estimate = if x_p > 0 {
+        (x_u as f64 / n_u as f64) / (x_p as f64 / n_p as f64)
+    } else {
+        0.5 * (lower + upper)
+    };
     Ok(PriorBounds {
-        estimate: at_edge.clamp(lower, upper),
+        estimate: estimate.clamp(lower, upper),
         lower,
         upper,
         delta,
-        anchor,
+        anchor: anchor.share,
+        anchor_threshold: anchor.threshold,
         n_positive: positives.len(),
         n_unlabeled: unlabeled.len(),
     })
@@ -182,6 +214,10 @@ pub fn bounds_from_held_out(
         ids: train.ids.clone(),
     };
     let fit = solver.fit(None, &scaled_train, cancel)?;
+    let training_positives = scaled_train
+        .rows
+        .select(&scaled_train.indices_of(Label::Positive));
+    let anchor = Anchor::from_training(&fit.scores(&training_positives), anchor)?;
     let scores = |rows: &[usize]| fit.scores(&scaler.transform(&data.rows.select(rows)));
     let bounds = prior_bounds(
         &scores(held_positive),
@@ -326,7 +362,7 @@ mod tests {
         let (mut misses, mut width) = (0, 0.0);
         for _ in 0..draws {
             let (p, u) = draw(&mut rng, pi, 300, 2000, 0.8);
-            let b = prior_bounds(&p, &u, delta, 0.4).unwrap();
+            let b = prior_bounds(&p, &u, delta, training_anchor(&mut rng, 0.4)).unwrap();
             assert!(b.lower <= b.estimate && b.estimate <= b.upper, "{b:?}");
             if !(b.lower <= pi && pi <= b.upper) {
                 misses += 1;
@@ -349,7 +385,7 @@ mod tests {
         let mut misses = 0;
         for _ in 0..draws {
             let (p, u) = draw(&mut rng, pi, 300, 2000, 1.3);
-            let b = prior_bounds(&p, &u, delta, 0.4).unwrap();
+            let b = prior_bounds(&p, &u, delta, training_anchor(&mut rng, 0.4)).unwrap();
             if b.upper < pi {
                 misses += 1;
             }
@@ -359,23 +395,54 @@ mod tests {
         assert!(share <= delta / 2.0 + 3.0 * se, "upper below π in {share}");
     }
 
+    /// The anchor threshold of 300 training positives drawn as the held-out ones are.
+    fn training_anchor(rng: &mut ChaCha8Rng, share: f64) -> Anchor {
+        let scores: Vec<f64> = (0..300).map(|_| rng.gen::<f64>()).collect();
+        Anchor::from_training(&scores, share).unwrap()
+    }
+
+    /// t_a leaves `share` of the training positives above it.
+    #[test]
+    fn the_anchor_threshold_leaves_its_share_above() {
+        let scores: Vec<f64> = (0..10).map(f64::from).collect();
+        for (share, threshold) in [(0.2, 7.0), (0.25, 7.0), (0.5, 4.0), (0.1, 8.0)] {
+            let anchor = Anchor::from_training(&scores, share).unwrap();
+            assert_eq!(anchor.threshold, threshold, "share {share}");
+        }
+        assert_eq!(
+            Anchor::from_training(&scores, 1.0).unwrap().threshold,
+            f64::NEG_INFINITY
+        );
+    }
+
     #[test]
     fn bad_input_is_named() {
+        let anchor = Anchor {
+            share: 0.5,
+            threshold: 0.0,
+        };
         assert_eq!(
-            prior_bounds(&[], &[1.0], 0.1, 0.5),
+            prior_bounds(&[], &[1.0], 0.1, anchor),
             Err(PriorError::Empty("positive"))
         );
         assert!(matches!(
-            prior_bounds(&[1.0, f64::NAN], &[1.0], 0.1, 0.5),
+            prior_bounds(&[1.0, f64::NAN], &[1.0], 0.1, anchor),
             Err(PriorError::NonFinite { index: 1, .. })
         ));
         assert_eq!(
-            prior_bounds(&[1.0], &[1.0], 1.0, 0.5),
+            prior_bounds(&[1.0], &[1.0], 1.0, anchor),
             Err(PriorError::Delta(1.0))
         );
         assert_eq!(
-            prior_bounds(&[1.0], &[1.0], 0.1, 0.0),
+            Anchor::from_training(&[1.0], 0.0),
             Err(PriorError::Anchor(0.0))
         );
+        assert!(matches!(
+            Anchor::from_training(&[f64::INFINITY], 0.2),
+            Err(PriorError::NonFinite {
+                what: "training positive",
+                ..
+            })
+        ));
     }
 }

@@ -241,6 +241,28 @@ pub fn binomial_upper_tail(n: usize, k: usize, p: f64) -> f64 {
     }
 }
 
+/// One-sided Clopper–Pearson upper bound on p from x successes in n trials at level α: the p
+/// where P(Bin(n, p) ≤ x) = α, so P_p(p > bound) ≤ α for every p; 1 when x = n. Never below x/n.
+pub fn clopper_pearson_upper(x: usize, n: usize, alpha: f64) -> f64 {
+    if x >= n {
+        return 1.0;
+    }
+    // P(Bin(n, p) ≤ x) = P(Bin(n, 1 − p) ≥ n − x), computed as a small tail rather than 1 − tail.
+    let cdf = |p: f64| binomial_upper_tail(n, n - x, 1.0 - p);
+    bisect(1.0, x as f64 / n as f64, |p| cdf(p) <= alpha)
+}
+
+/// One-sided Clopper–Pearson lower bound on p from x successes in n trials at level α: the p
+/// where P(Bin(n, p) ≥ x) = α, so P_p(p < bound) ≤ α for every p; 0 when x = 0. Never above x/n.
+pub fn clopper_pearson_lower(x: usize, n: usize, alpha: f64) -> f64 {
+    if x == 0 {
+        return 0.0;
+    }
+    bisect(0.0, x as f64 / n as f64, |p| {
+        binomial_upper_tail(n, x, p) <= alpha
+    })
+}
+
 /// Narrows the bracket between `yes` (where `holds`) and `no` (where not), in either order, and
 /// returns the last point where `holds`: the conservative end.
 fn bisect(mut yes: f64, mut no: f64, holds: impl Fn(f64) -> bool) -> f64 {
@@ -1251,30 +1273,6 @@ mod tests {
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol
-    }
-
-    // Clopper–Pearson limits: the separate test the joint one replaces, kept to compare with it.
-
-    /// One-sided Clopper–Pearson upper bound on p from x successes in n trials at level α: the p
-    /// where P(Bin(n, p) ≤ x) = α, so P_p(p > bound) ≤ α for every p; 1 when x = n. Never below x/n.
-    fn clopper_pearson_upper(x: usize, n: usize, alpha: f64) -> f64 {
-        if x >= n {
-            return 1.0;
-        }
-        // P(Bin(n, p) ≤ x) = P(Bin(n, 1 − p) ≥ n − x), computed as a small tail rather than 1 − tail.
-        let cdf = |p: f64| binomial_upper_tail(n, n - x, 1.0 - p);
-        bisect(1.0, x as f64 / n as f64, |p| cdf(p) <= alpha)
-    }
-
-    /// One-sided Clopper–Pearson lower bound on p from x successes in n trials at level α: the p
-    /// where P(Bin(n, p) ≥ x) = α, so P_p(p < bound) ≤ α for every p; 0 when x = 0. Never above x/n.
-    fn clopper_pearson_lower(x: usize, n: usize, alpha: f64) -> f64 {
-        if x == 0 {
-            return 0.0;
-        }
-        bisect(0.0, x as f64 / n as f64, |p| {
-            binomial_upper_tail(n, x, p) <= alpha
-        })
     }
 
     #[test]
