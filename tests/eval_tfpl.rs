@@ -653,20 +653,41 @@ fn umbrella_keeps_the_false_positive_rate_on_spambase() {
 const SHUTTLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/shuttle_anomaly.csv.gz");
 
 /// The pu-umbrella certificate on real data, as a user meets it: 30 % of the positives
-/// labelled, 100 hold-outs, τ 5 % and 10 %, R fixed, the prior interval the true share of
-/// positives among the unlabeled rows ± 15 % (spambase 0.3128, shuttle 0.0512). The test FPR
-/// exceeds τ beyond noise on at most δ + 2·√(δ(1 − δ)/100) of the splits, no split is refused,
-/// and the certified threshold keeps a useful TPR (measured: spambase 0.239 / 0.560, shuttle
-/// 0.975 / 0.976; the previous certificate kept 0.063 / 0.240 on spambase).
+/// labelled, 100 hold-outs, R fixed, the prior interval the true share of positives among the
+/// unlabeled rows ± 15 % (spambase 0.3128, shuttle 0.0512), and again with its lower end
+/// `auto`. The test FPR exceeds τ beyond noise on at most δ + 2·√(δ(1 − δ)/100) of the splits,
+/// no split is refused, and the certified threshold keeps a useful TPR. Measured: spambase
+/// τ 5 / 10 % 0.239 / 0.560 (`auto` 0.147 / 0.366; the first certificate kept 0.063 / 0.240),
+/// shuttle 0.975 / 0.976 (`auto` 0.975 / 0.976), the scorer's own test-picked TPR
+/// (`tpr_oracle_mean`) 0.975 at τ 5 %. Shuttle at τ 1 % needs more held-out rows than the
+/// default half: a perfect scorer certifies about 0.77 with it (docs/certificates.md §2), and
+/// `--calibration-fraction 0.7` reaches 0.833.
 #[test]
 fn pu_umbrella_keeps_the_fpr_and_a_useful_tpr_on_spambase_and_shuttle() {
     let limit = 0.05 + 2.0 * (0.05f64 * 0.95 / 100.0).sqrt();
-    for (data, prior, min_tpr) in [
-        (SPAMBASE, 0.3128, [0.19, 0.45]),
-        (SHUTTLE, 0.0512, [0.9, 0.9]),
-    ] {
-        let (lo, hi) = (format!("{}", prior * 0.85), format!("{}", prior * 1.15));
-        let report = eval_json(&[
+    let cases: [(&str, f64, bool, &[(f64, f64)], &[&str]); 5] = [
+        (SPAMBASE, 0.3128, false, &[(0.05, 0.19), (0.1, 0.45)], &[]),
+        (SHUTTLE, 0.0512, false, &[(0.05, 0.9), (0.1, 0.9)], &[]),
+        (SPAMBASE, 0.3128, true, &[(0.05, 0.12), (0.1, 0.3)], &[]),
+        (SHUTTLE, 0.0512, true, &[(0.05, 0.9), (0.1, 0.9)], &[]),
+        (
+            SHUTTLE,
+            0.0512,
+            false,
+            &[(0.01, 0.8)],
+            &["--calibration-fraction", "0.7"],
+        ),
+    ];
+    for (data, prior, auto_min, taus, extra) in cases {
+        let lo = if auto_min {
+            "auto".to_string()
+        } else {
+            format!("{}", prior * 0.85)
+        };
+        let hi = format!("{}", prior * 1.15);
+        let tau_list: Vec<String> = taus.iter().map(|(tau, _)| tau.to_string()).collect();
+        let tau_list = tau_list.join(",");
+        let mut args = vec![
             "--algo",
             "tfpl",
             "--data",
@@ -674,7 +695,7 @@ fn pu_umbrella_keeps_the_fpr_and_a_useful_tpr_on_spambase_and_shuttle() {
             "--pu-labeled-fraction",
             "0.3",
             "--tau",
-            "0.05,0.1",
+            &tau_list,
             "--threshold",
             "pu-umbrella",
             "--prior-min",
@@ -687,19 +708,24 @@ fn pu_umbrella_keeps_the_fpr_and_a_useful_tpr_on_spambase_and_shuttle() {
             "100",
             "--seed",
             "1",
-        ]);
-        for (tau, min_tpr) in [0.05, 0.1].into_iter().zip(min_tpr) {
+        ];
+        args.extend_from_slice(extra);
+        let report = eval_json(&args);
+        for &(tau, min_tpr) in taus {
+            let case = format!("{data} τ {tau} prior-min {lo} {extra:?}");
             let r = row(&report, tau, "tfpl");
             assert_eq!(r["threshold_method"], "pu-umbrella");
             let beyond = num(&r, "fpr_exceed_beyond_noise_share");
-            assert!(
-                beyond <= limit,
-                "{data} τ {tau}: beyond-noise share {beyond}"
-            );
-            assert_eq!(num(&r, "refused_share"), 0.0, "{data} τ {tau}");
+            assert!(beyond <= limit, "{case}: beyond-noise share {beyond}");
+            assert_eq!(num(&r, "refused_share"), 0.0, "{case}");
             let tpr = num(&r, "tpr_mean");
-            assert!(tpr >= min_tpr, "{data} τ {tau}: TPR {tpr} < {min_tpr}");
-            assert!(num(&r, "fpr_mean") <= tau, "{data} τ {tau}: {r:?}");
+            assert!(tpr >= min_tpr, "{case}: TPR {tpr} < {min_tpr}");
+            assert!(num(&r, "fpr_mean") <= tau, "{case}: {r:?}");
+            let oracle = num(&r, "tpr_oracle_mean");
+            assert!(
+                tpr <= oracle + 1e-9,
+                "{case}: TPR {tpr} above the test-picked {oracle}"
+            );
         }
     }
 }
