@@ -665,7 +665,9 @@ const SHUTTLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/shuttle_anomaly
 #[test]
 fn pu_umbrella_keeps_the_fpr_and_a_useful_tpr_on_spambase_and_shuttle() {
     let limit = 0.05 + 2.0 * (0.05f64 * 0.95 / 100.0).sqrt();
-    let cases: [(&str, f64, bool, &[(f64, f64)], &[&str]); 5] = [
+    /// (data, true prior, `--prior-min auto`, (τ, least TPR) pairs, more flags).
+    type Case<'a> = (&'a str, f64, bool, &'a [(f64, f64)], &'a [&'a str]);
+    let cases: [Case; 5] = [
         (SPAMBASE, 0.3128, false, &[(0.05, 0.19), (0.1, 0.45)], &[]),
         (SHUTTLE, 0.0512, false, &[(0.05, 0.9), (0.1, 0.9)], &[]),
         (SPAMBASE, 0.3128, true, &[(0.05, 0.12), (0.1, 0.3)], &[]),
