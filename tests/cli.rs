@@ -1866,6 +1866,22 @@ fn threshold_none_trains_a_ranking_only_model_and_eval_refuses_it() {
         scores(&plain),
         "the same scorer as training without --tau"
     );
+    // τ-FPL without a threshold ranks at --tau, as with --rank-tau.
+    let tfpl = |out: &Path, extra: &[&str]| {
+        let mut args = vec!["train", "--algo", "tfpl", "--data", HEART, "--out", s(out)];
+        args.extend_from_slice(extra);
+        neyman(&args).ok();
+    };
+    let ranked = dir.path().join("tfpl-none.model");
+    tfpl(&ranked, &["--tau", "0.1", "--threshold", "none"]);
+    let inspect = neyman(&["model", "inspect", s(&ranked)]).ok().json();
+    assert_eq!(inspect["threshold"], Value::Null, "{inspect:?}");
+    let explicit = dir.path().join("tfpl-rank.model");
+    tfpl(
+        &explicit,
+        &["--tau", "0.1", "--rank-tau", "0.1", "--threshold", "none"],
+    );
+    assert_eq!(scores(&ranked), scores(&explicit));
     let eval = neyman(&[
         "eval",
         "--algo",

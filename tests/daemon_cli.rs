@@ -201,15 +201,23 @@ fn replay_is_reproducible_and_loses_nothing() {
 
 /// `threshold = "none"`: the replay answers every unlabeled event with a score that flags
 /// nothing and certifies nothing, from models accepted without a threshold; the scores still
-/// rank the spam above the ham.
+/// rank the spam above the ham. For τ-FPL, `tau` is then the rank τ.
 #[test]
 fn a_ranking_only_replay_scores_every_event_unflagged_and_uncertified() {
+    for algorithm in ["usmo", "tfpl"] {
+        ranking_only_replay(algorithm);
+    }
+}
+
+fn ranking_only_replay(algorithm: &str) {
     let dir = tempfile::tempdir().expect("dir");
     let (stream, _) = stream_with_bad_events(dir.path(), 1500);
     let path = config(dir.path());
-    let mut text = std::fs::read_to_string(&path).expect("config");
-    text.push_str("threshold = \"none\"\n");
-    std::fs::write(&path, text).expect("config");
+    let text = std::fs::read_to_string(&path).expect("config").replace(
+        "algorithm = \"usmo\"",
+        &format!("algorithm = \"{algorithm}\""),
+    );
+    std::fs::write(&path, text + "threshold = \"none\"\n").expect("config");
     let out = Command::new(BIN)
         .arg("replay")
         .arg(&stream)
@@ -268,7 +276,7 @@ fn a_ranking_only_replay_scores_every_event_unflagged_and_uncertified() {
     let auc = wins / (pos.len() * neg.len()) as f64;
     assert!(
         auc > 0.8,
-        "AUC {auc} on {} spam, {} ham",
+        "{algorithm}: AUC {auc} on {} spam, {} ham",
         pos.len(),
         neg.len()
     );

@@ -753,7 +753,11 @@ impl TrainArgs {
         }
         let mut spec = self.model.learner_spec(self.algo, regularisation);
         if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
-            s.rank_tau = self.threshold.rank_tau;
+            // Without a threshold (`--threshold none`) --tau is the rank τ.
+            s.rank_tau = match threshold {
+                Some(_) => self.threshold.rank_tau,
+                None => self.threshold.rank_tau.or(self.threshold.tau),
+            };
         }
         spec.threshold = threshold;
         spec.seed = self.seed;

@@ -305,8 +305,9 @@ impl ModelConfig {
     /// The learner these settings describe: the one place the `[model]` table maps into
     /// [`LearnerSpec`]. A missing `prior_min` or `prior_max` is `prior`; the threshold method
     /// is left to the data (umbrella with negatives, else pu-umbrella) unless `threshold` is
-    /// set.
+    /// set. With `threshold = "none"` τ-FPL ranks at `rank_tau`, else at `tau`.
     pub fn learner_spec(&self) -> LearnerSpec {
+        let ranking_only = self.threshold == Some(ThresholdName::None);
         let algorithm = match self.algorithm {
             AlgorithmName::Usmo => AlgorithmSpec::Usmo(UsmoSpec {
                 prior: self.prior,
@@ -314,7 +315,7 @@ impl ModelConfig {
                 cache_bytes: self.cache_mb.saturating_mul(1 << 20),
             }),
             AlgorithmName::Tfpl => AlgorithmSpec::Tfpl(TfplSpec {
-                rank_tau: self.rank_tau,
+                rank_tau: self.rank_tau.or(ranking_only.then_some(self.tau)),
                 reg: self.reg,
                 solver: TfplSolver::Auto,
                 max_gram_bytes: self.max_gram_mb.saturating_mul(1 << 20),
@@ -334,7 +335,7 @@ impl ModelConfig {
                 max_iter: self.max_iter,
                 time_limit: self.time_limit.map(|d| d.0),
             },
-            threshold: (self.threshold != Some(ThresholdName::None)).then(|| ThresholdSettings {
+            threshold: (!ranking_only).then(|| ThresholdSettings {
                 method: self.threshold.and_then(ThresholdName::method),
                 tau: self.tau,
                 delta: self.delta,
