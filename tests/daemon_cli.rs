@@ -159,6 +159,14 @@ fn replay_is_reproducible_and_loses_nothing() {
         .map(|d| d["reason"].as_str().expect("reason"))
         .collect();
     assert_eq!(got, reasons);
+    // The replay ends with a one-line summary of the same counts.
+    let summary = format!(
+        "{} events: {} scored, 0 unscored, {} dead-lettered; models: ",
+        inputs.len(),
+        scores.len(),
+        dlq.len()
+    );
+    assert!(stderr.contains(&summary), "want {summary:?} in {stderr}");
     assert!(dlq.iter().all(|d| d["channel"] == "unlabeled"));
     assert_eq!(
         dlq[4]["payload_b64"].as_str().map(|s| !s.is_empty()),

@@ -96,6 +96,64 @@ pub struct Summary {
     /// Kafka: outputs still unacknowledged when the shutdown deadline passed (their input
     /// offsets were not committed, so they are read again by the next member).
     pub unacknowledged: usize,
+    /// Events answered with a score, answered `"status": "unscored"`, and dead-lettered.
+    pub scored: u64,
+    pub unscored: u64,
+    pub dead_lettered: u64,
+    /// Retrains whose model was swapped in, refused by the gate, and failed.
+    pub models_swapped: u64,
+    pub models_rejected: u64,
+    pub retrains_failed: u64,
+}
+
+impl Summary {
+    /// This summary with the answers and retrains counted by `metrics` over the run (each run
+    /// has its own registry, so the counters start at zero).
+    fn with_counts(self, metrics: &Metrics) -> Summary {
+        let events = |outcome: &str| -> u64 {
+            crate::telemetry::CHANNELS
+                .iter()
+                .map(|channel| metrics.events.with_label_values(&[channel, outcome]).get())
+                .sum()
+        };
+        let family_sum = |family: &prometheus::IntCounterVec| -> u64 {
+            use prometheus::core::Collector;
+            family
+                .collect()
+                .iter()
+                .flat_map(|f| f.get_metric())
+                .map(|m| m.get_counter().get_value() as u64)
+                .sum()
+        };
+        let retrains = |result: &str| metrics.retrains.with_label_values(&[result]).get();
+        Summary {
+            scored: events("scored"),
+            unscored: family_sum(&metrics.unscored_events),
+            dead_lettered: family_sum(&metrics.dlq),
+            models_swapped: retrains("swapped"),
+            models_rejected: retrains("rejected"),
+            retrains_failed: retrains("failed"),
+            ..self
+        }
+    }
+}
+
+/// The line every `run` and `replay` ends with.
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} events: {} scored, {} unscored, {} dead-lettered; models: {} swapped in, {} \
+             rejected by the gate, {} failed retrains",
+            self.handled,
+            self.scored,
+            self.unscored,
+            self.dead_lettered,
+            self.models_swapped,
+            self.models_rejected,
+            self.retrains_failed
+        )
+    }
 }
 
 /// Runs the daemon until its source ends (and, with `keep_serving`, until `shutdown`) or
@@ -113,6 +171,7 @@ pub fn run(
         })?)),
     };
     let service = Service::new(&config)?;
+    let metrics = service.metrics.clone();
     let runtime = runtime(options.threads)?;
     let http = config.http.clone();
     let shutdown_timeout = config.log.shutdown_timeout.0;
@@ -157,18 +216,22 @@ pub fn run(
         }
     };
     let state = service.app_state(&http, limits);
-    runtime.block_on(serve_while(
-        ServeWhile {
-            http,
-            state,
-            shutdown_timeout,
-            keep_serving,
-            stop,
-            cancel,
-        },
-        shutdown,
-        intake,
-    ))
+    let summary = runtime
+        .block_on(serve_while(
+            ServeWhile {
+                http,
+                state,
+                shutdown_timeout,
+                keep_serving,
+                stop,
+                cancel,
+            },
+            shutdown,
+            intake,
+        ))?
+        .with_counts(&metrics);
+    tracing::info!("{summary}");
+    Ok(summary)
 }
 
 /// Resolves on SIGINT or SIGTERM: the `shutdown` of the commands.
