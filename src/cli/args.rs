@@ -165,11 +165,41 @@ pub struct StreamMakeArgs {
     /// Time of the first event, epoch ms (default 2026-01-01T00:00:00Z).
     #[arg(allow_negative_numbers = true, long, default_value_t = crate::stream::make::DEFAULT_START_MS)]
     pub start_ms: i64,
+    /// A drift from --at on: `abrupt` (every feature shifts by --drift-size standard
+    /// deviations; sparse values scale by 1 + size), `gradual` (the same, ramped in linearly to
+    /// the end), `prior` (negatives are skipped with probability size/(1 + size): the odds of a
+    /// positive grow by 1 + size). Drifted events carry meta.drifted = true.
+    #[arg(long, value_enum)]
+    pub drift: Option<DriftArg>,
+    /// Where the drift starts, as a share of the stream's events, in [0, 1).
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0.5)]
+    pub at: f64,
+    /// The drift's strength (see --drift), > 0.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
+    pub drift_size: f64,
     /// Output: JSON Lines, gzip'd when the name ends in .gz; written atomically.
     #[arg(long)]
     pub out: PathBuf,
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
+}
+
+/// `stream make --drift`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DriftArg {
+    Abrupt,
+    Gradual,
+    Prior,
+}
+
+impl From<DriftArg> for crate::stream::make::DriftKind {
+    fn from(d: DriftArg) -> Self {
+        match d {
+            DriftArg::Abrupt => Self::Abrupt,
+            DriftArg::Gradual => Self::Gradual,
+            DriftArg::Prior => Self::Prior,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

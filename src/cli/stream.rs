@@ -8,7 +8,7 @@ use serde_json::json;
 use super::args::{ReportFormat, StreamMakeArgs};
 use super::{write_atomic_with, CliError};
 use crate::data::read;
-use crate::stream::make::{MakeError, MakeParams, StreamMaker};
+use crate::stream::make::{Drift, MakeError, MakeParams, StreamMaker};
 use crate::stream::record::{is_gzip_path, RecordError, RecordWriter};
 use crate::stream::{parse_event, Channel, EventLimits};
 
@@ -37,11 +37,16 @@ pub fn make(args: &StreamMakeArgs) -> Result<(), CliError> {
         rate: args.rate,
         events: args.events,
         start_ms: args.start_ms,
+        drift: args.drift.map(|kind| Drift {
+            kind: kind.into(),
+            at: args.at,
+            size: args.drift_size,
+        }),
     };
     let maker = StreamMaker::new(&data, &params).map_err(|e| make_error(&args.data, e))?;
     let mut channels: BTreeMap<Channel, usize> = Channel::ALL.iter().map(|&c| (c, 0)).collect();
     let mut true_positives: BTreeMap<Channel, usize> = channels.clone();
-    let (mut first_ts, mut last_ts, mut events) = (None, None, 0usize);
+    let (mut first_ts, mut last_ts, mut events, mut drifted) = (None, None, 0usize, 0usize);
     let limits = EventLimits {
         max_bytes: usize::MAX,
         ..EventLimits::default()
@@ -53,11 +58,9 @@ pub fn make(args: &StreamMakeArgs) -> Result<(), CliError> {
             // payload checks that on every event.
             let event = parse_event(&record.payload, None, &limits)
                 .map_err(|r| CliError::Training(format!("generated an invalid event: {r}")))?;
-            let label = event
-                .meta
-                .as_ref()
-                .and_then(|m| m.get("label"))
-                .and_then(|l| l.as_i64());
+            let meta = |key: &str| event.meta.as_ref().and_then(|m| m.get(key));
+            let label = meta("label").and_then(|l| l.as_i64());
+            drifted += usize::from(meta("drifted").is_some());
             *channels.entry(record.channel).or_default() += 1;
             if label == Some(1) {
                 *true_positives.entry(record.channel).or_default() += 1;
@@ -81,6 +84,7 @@ pub fn make(args: &StreamMakeArgs) -> Result<(), CliError> {
         "negative": count(Channel::Negative),
         "unlabeled_true_positive": positives_in(Channel::Unlabeled),
         "unlabeled_true_negative": count(Channel::Unlabeled) - positives_in(Channel::Unlabeled),
+        "drifted": drifted,
         "first_ts": first_ts,
         "last_ts": last_ts,
         "out": args.out.display().to_string(),

@@ -18,11 +18,23 @@
 //! after exponential gaps with mean 1/rate seconds, floored to whole milliseconds, so `ts`
 //! never decreases. The record's arrival `ts` equals the event's `ts`, its key the event id.
 //!
+//! Drift (`--drift`, from event ⌊at·total⌋ on, for streams whose models must keep up):
+//! - `abrupt`: a covariate shift. Every dense feature j moves by `size`·sd_j (its standard
+//!   deviation over the data); a sparse row's stored values are scaled by 1 + `size` (a dense
+//!   shift would fill every sparse row). Labels and channels are drawn as before, so P(y | x)
+//!   moves with x: a model fitted before the drift scores the shifted events differently.
+//! - `gradual`: the same shift, ramped linearly from 0 at the drift point to `size` at the end.
+//! - `prior`: a class-prior shift. Each negative is skipped with probability
+//!   `size`/(1 + `size`), so the odds of a positive among the events grow by 1 + `size`;
+//!   features are unchanged. The stream still has `total` events (more cycles fill it).
+//!
+//! Events from the drift point on carry `meta.drifted = true`.
+//!
 //! Determinism: the channel draws and the shuffles come from ChaCha8 stream 0 of the seed, the
-//! gaps from stream 1; `rand`'s `sample` and `shuffle` are platform-independent, so the same
-//! data and parameters give the same records. (The gaps use `f64::ln`, which is not guaranteed
-//! to round identically on every platform; a last-bit difference could move one timestamp by
-//! a millisecond in rare cases.)
+//! gaps from stream 1, the `prior` drift's skips from stream 2; `rand`'s `sample` and
+//! `shuffle` are platform-independent, so the same data and parameters give the same records.
+//! (The gaps use `f64::ln`, which is not guaranteed to round identically on every platform; a
+//! last-bit difference could move one timestamp by a millisecond in rare cases.)
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -50,6 +62,27 @@ pub struct MakeParams {
     pub events: Option<usize>,
     /// Timestamp of the first event, epoch ms.
     pub start_ms: i64,
+    /// A drift from some point of the stream on (see the module docs).
+    pub drift: Option<Drift>,
+}
+
+/// What changes at the drift point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriftKind {
+    Abrupt,
+    Gradual,
+    Prior,
+}
+
+/// A drift of `kind` from the share `at` of the stream's events on, of strength `size`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Drift {
+    pub kind: DriftKind,
+    /// In [0, 1): the drift starts at event ⌊at·total⌋.
+    pub at: f64,
+    /// The strength, positive: feature standard deviations (`abrupt`, `gradual`), or the
+    /// growth of the odds of a positive minus one (`prior`).
+    pub size: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -66,6 +99,10 @@ pub enum MakeError {
     Empty,
     #[error("row {id:?} is unlabeled; stream make needs every label to be 1 or -1")]
     Unlabeled { id: String },
+    #[error("--at must be in [0, 1), got {0}")]
+    BadDriftPoint(f64),
+    #[error("--drift-size must be a positive number, got {0}")]
+    BadDriftSize(f64),
 }
 
 impl MakeParams {
@@ -87,6 +124,14 @@ impl MakeParams {
         if self.events == Some(0) {
             return Err(MakeError::NoEvents);
         }
+        if let Some(d) = self.drift {
+            if !(0.0..1.0).contains(&d.at) {
+                return Err(MakeError::BadDriftPoint(d.at));
+            }
+            if !(d.size > 0.0 && d.size.is_finite()) {
+                return Err(MakeError::BadDriftSize(d.size));
+            }
+        }
         if self.start_ms < 0 {
             return Err(MakeError::BadStart(self.start_ms));
         }
@@ -102,6 +147,11 @@ pub struct StreamMaker<'a> {
     negatives: Vec<usize>,
     order_rng: ChaCha8Rng,
     time_rng: ChaCha8Rng,
+    drift_rng: ChaCha8Rng,
+    /// Per feature, its standard deviation over the data (the `abrupt`/`gradual` shift's unit).
+    feature_sd: Vec<f64>,
+    /// The first drifted event's index.
+    drift_start: usize,
     /// This cycle's (row, channel) pairs in emission order, and the position in it.
     cycle: Vec<(usize, Channel)>,
     at: usize,
@@ -125,6 +175,16 @@ impl<'a> StreamMaker<'a> {
         let order_rng = ChaCha8Rng::seed_from_u64(params.seed);
         let mut time_rng = ChaCha8Rng::seed_from_u64(params.seed);
         time_rng.set_stream(1);
+        let mut drift_rng = ChaCha8Rng::seed_from_u64(params.seed);
+        drift_rng.set_stream(2);
+        let total = params.events.unwrap_or(data.len());
+        let shifts = params
+            .drift
+            .is_some_and(|d| d.kind != DriftKind::Prior && !data.rows.is_sparse());
+        let feature_sd = if shifts { feature_sd(data) } else { Vec::new() };
+        let drift_start = params
+            .drift
+            .map_or(total, |d| (d.at * total as f64).floor() as usize);
         Ok(StreamMaker {
             data,
             params: params.clone(),
@@ -132,11 +192,14 @@ impl<'a> StreamMaker<'a> {
             negatives: data.indices_of(Label::Negative),
             order_rng,
             time_rng,
+            drift_rng,
+            feature_sd,
+            drift_start,
             cycle: Vec::new(),
             at: 0,
             cycle_no: 0,
             made: 0,
-            total: params.events.unwrap_or(data.len()),
+            total,
             seconds: 0.0,
         })
     }
@@ -172,17 +235,43 @@ impl<'a> StreamMaker<'a> {
         self.at = 0;
     }
 
-    fn event(&self, row: usize, ts: i64) -> Event {
+    /// The covariate shift of event number `index`, in feature standard deviations.
+    fn shift(&self, index: usize) -> f64 {
+        match self.params.drift {
+            Some(d) if index >= self.drift_start => match d.kind {
+                DriftKind::Abrupt => d.size,
+                DriftKind::Gradual => {
+                    let span = (self.total - self.drift_start) as f64;
+                    d.size * (index - self.drift_start) as f64 / span
+                }
+                DriftKind::Prior => 0.0,
+            },
+            _ => 0.0,
+        }
+    }
+
+    /// Event number `index`, of `row`.
+    fn event(&self, row: usize, ts: i64, index: usize) -> Event {
+        let shift = self.shift(index);
         let x = match self.data.rows.row(row) {
+            RowRef::Dense(x) if shift > 0.0 => Features::Dense(
+                x.iter()
+                    .zip(&self.feature_sd)
+                    .map(|(v, sd)| v + shift * sd)
+                    .collect(),
+            ),
             RowRef::Dense(x) => Features::Dense(x.to_vec()),
             RowRef::Sparse { indices, values } => Features::Sparse {
                 dim: self.data.rows.n_features(),
                 indices: indices.to_vec(),
-                values: values.to_vec(),
+                values: values.iter().map(|v| v * (1.0 + shift)).collect(),
             },
         };
         let mut meta = Map::new();
         meta.insert("label".into(), json!(self.data.labels[row].code()));
+        if self.params.drift.is_some() && index >= self.drift_start {
+            meta.insert("drifted".into(), json!(true));
+        }
         Event {
             id: format!("{}-{}", self.data.ids[row], self.cycle_no),
             ts,
@@ -203,17 +292,31 @@ impl Iterator for StreamMaker<'_> {
             let u: f64 = self.time_rng.gen();
             self.seconds += -(1.0 - u).ln() / self.params.rate;
         }
-        if self.at == self.cycle.len() {
-            if self.made > 0 {
-                self.cycle_no += 1;
+        let skip_negatives = match self.params.drift {
+            Some(d) if d.kind == DriftKind::Prior && self.made >= self.drift_start => {
+                d.size / (1.0 + d.size)
             }
-            self.new_cycle();
-        }
-        let (row, channel) = self.cycle[self.at];
-        self.at += 1;
+            _ => 0.0,
+        };
+        let (row, channel) = loop {
+            if self.at == self.cycle.len() {
+                // Every cycle after the first gets fresh ids.
+                if !self.cycle.is_empty() {
+                    self.cycle_no += 1;
+                }
+                self.new_cycle();
+            }
+            let (row, channel) = self.cycle[self.at];
+            self.at += 1;
+            let negative = self.data.labels[row] == Label::Negative;
+            if !(negative && skip_negatives > 0.0 && self.drift_rng.gen::<f64>() < skip_negatives) {
+                break (row, channel);
+            }
+        };
+        let index = self.made;
         self.made += 1;
         let ts = self.params.start_ms + (self.seconds * 1000.0).floor() as i64;
-        let event = self.event(row, ts);
+        let event = self.event(row, ts, index);
         // An event of strings, integers and finite floats always serialises.
         let payload = serde_json::to_vec(&event).unwrap_or_default();
         Some(Record::new(channel, ts, Some(event.id), payload))
@@ -223,6 +326,32 @@ impl Iterator for StreamMaker<'_> {
         let left = self.total - self.made;
         (left, Some(left))
     }
+}
+
+/// Per feature, the standard deviation of its values over `data` (dense rows; 1 where a
+/// feature is constant, so a shift still moves it).
+fn feature_sd(data: &Dataset) -> Vec<f64> {
+    let (n, d) = (data.len() as f64, data.rows.n_features());
+    let (mut sum, mut sum_sq) = (vec![0.0; d], vec![0.0; d]);
+    for i in 0..data.len() {
+        if let RowRef::Dense(x) = data.rows.row(i) {
+            for (j, v) in x.iter().enumerate() {
+                sum[j] += v;
+                sum_sq[j] += v * v;
+            }
+        }
+    }
+    sum.iter()
+        .zip(&sum_sq)
+        .map(|(s, q)| {
+            let var = (q / n - (s / n) * (s / n)).max(0.0);
+            if var > 0.0 {
+                var.sqrt()
+            } else {
+                1.0
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -260,7 +389,102 @@ mod tests {
             rate: 10.0,
             events: None,
             start_ms: DEFAULT_START_MS,
+            drift: None,
         }
+    }
+
+    /// The events of a stream with `drift` over `data`, parsed, with their features.
+    fn drifted_events(data: &Dataset, drift: Drift, events: usize) -> Vec<(Event, Channel)> {
+        let p = MakeParams {
+            events: Some(events),
+            drift: Some(drift),
+            ..params()
+        };
+        StreamMaker::new(data, &p)
+            .unwrap()
+            .map(|r| {
+                let limits = EventLimits::default();
+                (parse_event(&r.payload, None, &limits).unwrap(), r.channel)
+            })
+            .collect()
+    }
+
+    /// The event's source row (its id is `<row>-<cycle>`) and its first feature.
+    fn row_and_x0(e: &Event) -> (usize, f64) {
+        let row = e.id.split('-').next().unwrap().parse().unwrap();
+        match &e.x {
+            Features::Dense(x) => (row, x[0]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `abrupt` shifts every feature by size·sd from the drift point on, exactly; `gradual`
+    /// ramps the shift in linearly; events before the point are the data's own rows.
+    #[test]
+    fn covariate_drifts_shift_features_by_their_standard_deviation() {
+        let data = data(10, 30);
+        // Feature 0 is 10·i over i = 0..40: sd = 10·√((40² − 1)/12).
+        let sd = 10.0 * ((40.0f64 * 40.0 - 1.0) / 12.0).sqrt();
+        let abrupt = Drift {
+            kind: DriftKind::Abrupt,
+            at: 0.25,
+            size: 2.0,
+        };
+        let events = drifted_events(&data, abrupt, 80);
+        for (i, (e, _)) in events.iter().enumerate() {
+            let (row, x0) = row_and_x0(e);
+            let drifted = i >= 20;
+            let want = (row * 10) as f64 + if drifted { 2.0 * sd } else { 0.0 };
+            assert!((x0 - want).abs() < 1e-9, "event {i}: {x0} vs {want}");
+            let flag = e.meta.as_ref().unwrap().get("drifted").is_some();
+            assert_eq!(flag, drifted, "event {i}");
+        }
+        let gradual = Drift {
+            kind: DriftKind::Gradual,
+            ..abrupt
+        };
+        let events = drifted_events(&data, gradual, 80);
+        for (i, (e, _)) in events.iter().enumerate() {
+            let (row, x0) = row_and_x0(e);
+            let ramp = if i >= 20 { (i - 20) as f64 / 60.0 } else { 0.0 };
+            let want = (row * 10) as f64 + 2.0 * ramp * sd;
+            assert!((x0 - want).abs() < 1e-9, "event {i}: {x0} vs {want}");
+        }
+    }
+
+    /// `prior` skips negatives after the drift point with probability size/(1 + size): with
+    /// size 3 the positives' share of 25 % becomes 4·25/(4·25 + 75) ≈ 57 %; before it stays
+    /// 25 %, the stream keeps its length and ids stay unique.
+    #[test]
+    fn a_prior_drift_raises_the_share_of_positives() {
+        let data = data(100, 300);
+        let drift = Drift {
+            kind: DriftKind::Prior,
+            at: 0.5,
+            size: 3.0,
+        };
+        let events = drifted_events(&data, drift, 8000);
+        assert_eq!(events.len(), 8000);
+        let share = |part: &[(Event, Channel)]| {
+            let pos = part
+                .iter()
+                .filter(|(e, _)| e.meta.as_ref().unwrap()["label"] == 1)
+                .count();
+            pos as f64 / part.len() as f64
+        };
+        let (before, after) = events.split_at(4000);
+        assert!((share(before) - 0.25).abs() < 0.01, "{}", share(before));
+        assert!((share(after) - 4.0 / 7.0).abs() < 0.03, "{}", share(after));
+        let ids: BTreeSet<&str> = events.iter().map(|(e, _)| e.id.as_str()).collect();
+        assert_eq!(ids.len(), events.len());
+        // Deterministic from the seed.
+        assert_eq!(
+            drifted_events(&data, drift, 8000)
+                .iter()
+                .map(|(e, _)| e.id.clone())
+                .collect::<Vec<_>>(),
+            events.iter().map(|(e, _)| e.id.clone()).collect::<Vec<_>>()
+        );
     }
 
     fn count(records: &[Record], channel: Channel) -> usize {
@@ -419,6 +643,21 @@ mod tests {
             "--rate must be a positive number of events per second, got 0"
         );
         assert_eq!(with(|p| p.events = Some(0)), "--events must be at least 1");
+        fn abrupt(at: f64, size: f64) -> Option<Drift> {
+            Some(Drift {
+                kind: DriftKind::Abrupt,
+                at,
+                size,
+            })
+        }
+        assert_eq!(
+            with(|p| p.drift = abrupt(1.0, 1.0)),
+            "--at must be in [0, 1), got 1"
+        );
+        assert_eq!(
+            with(|p| p.drift = abrupt(0.5, -1.0)),
+            "--drift-size must be a positive number, got -1"
+        );
         let mut pu = data.clone();
         pu.labels[1] = Label::Unlabeled;
         assert_eq!(
