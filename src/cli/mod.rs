@@ -276,7 +276,7 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     };
     let (fit, threshold, prior) = with_spinner(args.quiet, "training", || match &spec {
         Some(spec) => algorithm
-            .fit_with_held_out_prior(previous_fit.as_ref(), spec, &scaled, &held_out, cancel)
+            .fit_with_held_out(previous_fit.as_ref(), spec, &scaled, &held_out, cancel)
             .map(|(f, t, p)| (f, Some(t), p)),
         None => algorithm
             .fit(previous_fit.as_ref(), &scaled, cancel)

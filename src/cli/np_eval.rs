@@ -270,7 +270,7 @@ impl Setup {
             &prep.held_out,
             cancel,
         );
-        let (fit, threshold) = match fitted {
+        let (fit, threshold, _) = match fitted {
             Err(e) if is_refusal(&e) => {
                 return Ok(refusal(test, self.hyper, spec.method_for(&prep.data), &e))
             }

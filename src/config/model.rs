@@ -308,6 +308,7 @@ impl ModelConfig {
     /// set. With `threshold = "none"` τ-FPL ranks at `rank_tau`, else at `tau`.
     pub fn learner_spec(&self) -> LearnerSpec {
         let ranking_only = self.threshold == Some(ThresholdName::None);
+        let (prior_min, prior_max) = self.prior_interval();
         let algorithm = match self.algorithm {
             AlgorithmName::Usmo => AlgorithmSpec::Usmo(UsmoSpec {
                 prior: self.prior,
@@ -340,8 +341,8 @@ impl ModelConfig {
                 tau: self.tau,
                 delta: self.delta,
                 calibration_fraction: f64::from(self.calibration_percent) / 100.0,
-                prior_min: self.prior_interval().0,
-                prior_max: self.prior_interval().1,
+                prior_min,
+                prior_max,
                 prior_auto: self.prior_auto(),
                 rounds: self.rounds,
                 oob_rule: self.oob_rule.into(),

@@ -1204,7 +1204,7 @@ impl RetrainJob {
         } else {
             ThresholdMethod::PuUmbrella
         });
-        let (fit, t, prior) = algorithm.fit_with_held_out_prior(
+        let (fit, t, prior) = algorithm.fit_with_held_out(
             previous,
             &threshold,
             &self.scaled,

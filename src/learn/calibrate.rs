@@ -121,7 +121,7 @@ impl Algorithm {
         spec: &ThresholdSpec,
         data: &Dataset,
         cancel: &AtomicBool,
-    ) -> Result<(Fit, ThresholdResult), CalibrateError> {
+    ) -> Result<(Fit, ThresholdResult, Option<PriorBounds>), CalibrateError> {
         if spec.method_for(data) == ThresholdMethod::PuUmbrella && spec.prior_interval.is_none() {
             return Err(CalibrateError::Needs(
                 "pu-umbrella",
@@ -137,22 +137,9 @@ impl Algorithm {
     /// (USMO, which never trains on negatives: on every negative); `pu-umbrella` on the
     /// held-out positives and unlabeled rows; `oob` bootstraps the rows that are not held out.
     /// The daemon holds out by a stable hash of the event id, so an event never trains one
-    /// model and calibrates the next.
+    /// model and calibrates the next. Also returns the prior bounds that the `auto` ends of
+    /// pu-umbrella's interval were taken from ([`ThresholdSpec::calibration_prior`]).
     pub fn fit_with_held_out(
-        &self,
-        previous: Option<&Fit>,
-        spec: &ThresholdSpec,
-        data: &Dataset,
-        held_out: &[bool],
-        cancel: &AtomicBool,
-    ) -> Result<(Fit, ThresholdResult), CalibrateError> {
-        self.fit_with_held_out_prior(previous, spec, data, held_out, cancel)
-            .map(|(fit, threshold, _)| (fit, threshold))
-    }
-
-    /// As [`Algorithm::fit_with_held_out`], also returning the prior bounds that the `auto`
-    /// ends of pu-umbrella's interval were taken from ([`ThresholdSpec::calibration_prior`]).
-    pub fn fit_with_held_out_prior(
         &self,
         previous: Option<&Fit>,
         spec: &ThresholdSpec,
@@ -220,9 +207,12 @@ impl Algorithm {
                     .map(|i| training_scores[i])
                     .collect();
                 // `auto` ends from the same calibration scores, at a share of δ.
-                let prior = spec
-                    .calibration_prior(&cal_p, &cal_u, &training_positive_scores)?
-                    .ok_or(CalibrateError::Needs("pu-umbrella", "a prior interval"))?;
+                let prior = spec.calibration_prior(
+                    (prior_min, prior_max),
+                    &cal_p,
+                    &cal_u,
+                    &training_positive_scores,
+                )?;
                 // The candidates and their order come from the training rows' scores only
                 // (docs/certificates.md §2).
                 let result = pu_umbrella(
@@ -411,7 +401,7 @@ mod tests {
         };
         let params = TfplParams::new(0.05, 1e-2).check().unwrap();
         let cancel = AtomicBool::new(false);
-        let (fit, _) = Algorithm::Tfpl(params.clone())
+        let (fit, ..) = Algorithm::Tfpl(params.clone())
             .fit_with_threshold(None, &spec, &data, &cancel)
             .unwrap();
         let Fit::Tfpl(model) = &fit else {

@@ -420,28 +420,27 @@ impl ThresholdSpec {
         self
     }
 
-    /// The interval and δ of pu-umbrella given the final scorer's calibration scores: each
-    /// `auto` end is that end of [`prior_bounds`] at δ_π = δ/2 on the same held-out positives
-    /// and unlabeled rows (the anchor threshold from the scorer's `training_positive_scores`),
-    /// and the certificate runs at δ − δ_π, so by a union bound the interval and the
-    /// certificate hold together with probability ≥ 1 − δ (docs/certificates.md §5; the lower
-    /// end under the anchor assumption). Without an `auto` end: the configured interval at δ.
+    /// The interval and δ of pu-umbrella given `interval` (this spec's, with any `auto` end
+    /// at the training rows' estimate) and the final scorer's calibration scores: each `auto`
+    /// end is that end of [`prior_bounds`] at δ_π = δ/2 on the same held-out positives and
+    /// unlabeled rows (the anchor threshold from the scorer's `training_positive_scores`), and
+    /// the certificate runs at δ − δ_π, so by a union bound the interval and the certificate
+    /// hold together with probability ≥ 1 − δ (docs/certificates.md §5; the lower end under
+    /// the anchor assumption). Without an `auto` end: `interval` at δ.
     pub fn calibration_prior(
         &self,
+        (prior_min, prior_max): (f64, f64),
         positive_scores: &[f64],
         unlabeled_scores: &[f64],
         training_positive_scores: &[f64],
-    ) -> Result<Option<CalibrationPrior>, PriorError> {
-        let Some((prior_min, prior_max)) = self.prior_interval else {
-            return Ok(None);
-        };
+    ) -> Result<CalibrationPrior, PriorError> {
         let Some(auto) = self.prior_auto else {
-            return Ok(Some(CalibrationPrior {
+            return Ok(CalibrationPrior {
                 prior_min,
                 prior_max,
                 delta: self.delta,
                 bounds: None,
-            }));
+            });
         };
         let delta_prior = self.delta / 2.0;
         let anchor = Anchor::from_training(training_positive_scores, auto.anchor)?;
@@ -449,12 +448,12 @@ impl ThresholdSpec {
         let prior_min = if auto.min { bounds.lower } else { prior_min };
         // pu-umbrella needs π_max < 1; an upper end at 1 certifies nothing either way.
         let prior_max = if auto.max { bounds.upper } else { prior_max }.min(1.0 - 1e-9);
-        Ok(Some(CalibrationPrior {
+        Ok(CalibrationPrior {
             prior_min: prior_min.min(prior_max),
             prior_max,
             delta: self.delta - delta_prior,
             bounds: Some(bounds),
-        }))
+        })
     }
 }
 
@@ -936,9 +935,9 @@ mod tests {
     ) -> (CalibrationPrior, Option<f64>) {
         // The scorer's training positives score like the held-out ones: uniform on [0, 1].
         let training_positives: Vec<f64> = (0..300).map(|i| (f64::from(i) + 0.5) / 300.0).collect();
+        let interval = spec.prior_interval.unwrap();
         let prior = spec
-            .calibration_prior(p, u, &training_positives)
-            .unwrap()
+            .calibration_prior(interval, p, u, &training_positives)
             .unwrap();
         let threshold = pu_umbrella(
             candidates,
