@@ -58,9 +58,12 @@ impl EventOutcome {
 }
 /// How a due retrain ended.
 pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
+/// How a due recalibration ended: a fresh threshold swapped in, one swapped in that flags none
+/// of the fresh positives (an early retrain is asked for), or none (too few fresh negatives).
+pub const RECALIBRATION_RESULTS: [&str; 3] = ["recalibrated", "flags_nothing", "skipped"];
 
 /// Every metric family name, for the promtool test and the dashboard check.
-pub const FAMILIES: [&str; 38] = [
+pub const FAMILIES: [&str; 40] = [
     "neyman_events_total",
     "neyman_dlq_events_total",
     "neyman_window_events",
@@ -74,6 +77,8 @@ pub const FAMILIES: [&str; 38] = [
     "neyman_model_trained_at_seconds",
     "neyman_model_age_seconds",
     "neyman_threshold",
+    "neyman_threshold_version",
+    "neyman_recalibrations_total",
     "neyman_target_fpr",
     "neyman_fpr_bound",
     "neyman_fpr_pu_estimate",
@@ -134,6 +139,10 @@ pub struct Metrics {
     pub model_age: Gauge,
     /// The active model's score threshold.
     pub threshold: Gauge,
+    /// Which of the active model's thresholds scores now (0: the one it was trained with).
+    pub threshold_version: IntGauge,
+    /// Due recalibrations by result ([`RECALIBRATION_RESULTS`]).
+    pub recalibrations: IntCounterVec,
     /// τ, the target false-positive rate.
     pub target_fpr: Gauge,
     /// The active threshold's certified FPR bound (umbrella, pu-umbrella; NaN for oob).
@@ -351,6 +360,20 @@ impl Metrics {
                 r,
                 Gauge::new("neyman_threshold", "Score threshold of the active model.")?,
             )?,
+            threshold_version: register(
+                r,
+                IntGauge::new(
+                    "neyman_threshold_version",
+                    "Which of the active model's thresholds scores now (0: the one it was trained with; one more per fresh threshold).",
+                )?,
+            )?,
+            recalibrations: labelled_counter(
+                r,
+                "neyman_recalibrations_total",
+                "Fresh-threshold recalibrations of the active model, by result.",
+                "result",
+                &RECALIBRATION_RESULTS,
+            )?,
             target_fpr: register(
                 r,
                 Gauge::new("neyman_target_fpr", "Target false-positive rate tau.")?,
@@ -547,11 +570,14 @@ impl Metrics {
     pub fn set_active(
         &self,
         version: u64,
+        threshold_version: u64,
         trained_at_ms: i64,
         threshold: Option<&ThresholdResult>,
     ) {
         self.model_version
             .set(i64::try_from(version).unwrap_or(i64::MAX));
+        self.threshold_version
+            .set(i64::try_from(threshold_version).unwrap_or(i64::MAX));
         self.model_trained_at.set(trained_at_ms as f64 / 1000.0);
         let t = threshold;
         self.threshold.set(t.map_or(f64::NAN, |t| t.threshold));

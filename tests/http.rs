@@ -42,13 +42,13 @@ fn stored(version: u64) -> StoredModel {
             ..toy::threshold(threshold)
         });
     }
-    StoredModel {
-        meta: Provenance {
+    StoredModel::new(
+        Provenance {
             trained_at_ms: 1_767_225_600_000 + version as i64 * 1000,
             ..toy::provenance(version)
         },
         model,
-    }
+    )
 }
 
 fn probe_scores(model: &Model) -> Vec<f64> {
@@ -303,6 +303,7 @@ async fn single_and_batch_scores_equal_the_model_scores() {
             "threshold": null,
             "certified": true,
             "model_version": 7,
+            "threshold_version": 0,
             "status": "scored",
             "meta": {"label": 1},
         })
@@ -486,6 +487,7 @@ async fn model_routes_describe_the_active_and_remembered_models() {
         v,
         json!({
             "version": 6,
+            "threshold_version": 0,
             "algorithm": "usmo",
             "n_features": 2,
             "trained_at": "2026-01-01T00:00:06.000Z",
@@ -521,6 +523,7 @@ async fn model_routes_describe_the_active_and_remembered_models() {
         older,
         json!({
             "version": 4,
+            "threshold_version": 0,
             "algorithm": "usmo",
             "trained_at": "2026-01-01T00:00:04.000Z",
             "trained_at_ms": 1_767_225_604_000_i64,

@@ -170,13 +170,13 @@ fn the_store_resumes_a_file_the_earlier_daemon_wrote_and_saves_the_current_layou
 
     let version = store.next_version().expect("issue");
     assert_eq!(version, 2);
-    let next = StoredModel {
-        meta: Provenance {
+    let next = StoredModel::new(
+        Provenance {
             version,
             ..provenance
         },
-        model: usable[0].model.clone(),
-    };
+        usable[0].model.clone(),
+    );
     let path = store.save(&next).expect("save");
     let bytes = std::fs::read(path).expect("read");
     assert_eq!(&bytes[..8], model::MAGIC);

@@ -2,7 +2,7 @@
 //!
 //! Every key is documented on its field, in the file of its table: `source.rs`, `output.rs`,
 //! `state.rs`, `windows.rs`, `retrain.rs`, `model.rs` (which also maps `[model]` into the
-//! learner spec), `gate.rs`, `scoring.rs`, `http.rs`, `log.rs` and `kafka.rs`;
+//! learner spec), `gate.rs`, `recalibrate.rs`, `scoring.rs`, `http.rs`, `log.rs` and `kafka.rs`;
 //! `config/neyman.toml` (the embedded default) lists them all. This file holds
 //! the top-level [`Config`], loading ([`LoadedConfig`]), environment overrides, relative
 //! paths, the cross-key checks and the rendering of `neyman config check`; `values.rs` the value
@@ -35,6 +35,7 @@ mod kafka;
 mod log;
 mod model;
 mod output;
+mod recalibrate;
 mod retrain;
 mod scoring;
 mod source;
@@ -51,6 +52,7 @@ pub use kafka::{
 pub use log::{LogConfig, LogFormat};
 pub use model::{AlgorithmName, KernelName, ModelConfig, OobRuleName, ScaleName, ThresholdName};
 pub use output::OutputConfig;
+pub use recalibrate::RecalibrateConfig;
 pub use retrain::RetrainConfig;
 pub use scoring::ScoringConfig;
 pub use source::{SourceConfig, SourceKind};
@@ -60,8 +62,18 @@ pub use windows::{WindowConfig, WindowsConfig};
 
 /// Top-level tables; the first word of a `NEYMAN_` variable must be one of them to be an
 /// override.
-pub const SECTIONS: [&str; 11] = [
-    "source", "output", "state", "windows", "retrain", "model", "gate", "scoring", "http", "log",
+pub const SECTIONS: [&str; 12] = [
+    "source",
+    "output",
+    "state",
+    "windows",
+    "retrain",
+    "model",
+    "gate",
+    "recalibrate",
+    "scoring",
+    "http",
+    "log",
     "kafka",
 ];
 
@@ -98,6 +110,8 @@ pub struct Config {
     pub model: ModelConfig,
     #[serde(default)]
     pub gate: GateConfig,
+    #[serde(default)]
+    pub recalibrate: RecalibrateConfig,
     #[serde(default)]
     pub scoring: ScoringConfig,
     #[serde(default)]
@@ -412,6 +426,13 @@ impl Config {
         }
         if !(self.gate.oob_slack.is_finite() && self.gate.oob_slack >= 0.0) {
             return bad("gate.oob_slack", "must be finite and ≥ 0".into());
+        }
+        let rc = &self.recalibrate;
+        if rc.enabled && rc.window == 0 {
+            return bad("recalibrate.window", "must be ≥ 1".into());
+        }
+        if rc.enabled && rc.every == 0 {
+            return bad("recalibrate.every", "must be ≥ 1".into());
         }
         if self.state.keep_models < 2 {
             return bad(

@@ -36,8 +36,8 @@ use std::time::Instant;
 
 use crate::codec::fnv1a64;
 use crate::config::{
-    Config, GateConfig, ModelConfig, RetrainConfig, Role, ScoringConfig, ThresholdName,
-    WindowsConfig,
+    Config, GateConfig, ModelConfig, RecalibrateConfig, RetrainConfig, Role, ScoringConfig,
+    ThresholdName, WindowsConfig,
 };
 use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
@@ -50,12 +50,14 @@ use crate::learn::metrics::np_score;
 use crate::learn::model::{Fingerprint, Model, Provenance};
 use crate::learn::prior::{resolve_training_prior, PriorBounds};
 use crate::learn::spec::{fit_of, model_of, Algorithm, Fit, LearnerSpec};
-use crate::learn::threshold::{binomial_upper_tail, ThresholdMethod, ThresholdResult};
+use crate::learn::threshold::{binomial_upper_tail, umbrella, ThresholdMethod, ThresholdResult};
 use crate::learn::Scorer;
 use crate::stream::dlq::DlqRecord;
-use crate::stream::event::{parse_event, Event, EventLimits, RejectReason, Rejection};
+use crate::stream::event::{
+    features_to_rows, parse_event, Event, EventLimits, RejectReason, Rejection,
+};
 use crate::stream::record::Record;
-use crate::stream::Channel;
+use crate::stream::{Channel, Features};
 use crate::telemetry::{EventOutcome, Metrics};
 
 /// Feedback and unlabeled outcomes remembered for the observed-FPR and flag-rate gauges.
@@ -136,6 +138,7 @@ pub struct EngineConfig {
     pub retrain: RetrainConfig,
     pub model: ModelConfig,
     pub gate: GateConfig,
+    pub recalibrate: RecalibrateConfig,
     pub scoring: ScoringConfig,
     /// Accepted models remembered for rollback (`state.keep_models`).
     pub keep_models: usize,
@@ -148,6 +151,7 @@ impl EngineConfig {
             retrain: config.retrain.clone(),
             model: config.model.clone(),
             gate: config.gate.clone(),
+            recalibrate: config.recalibrate.clone(),
             scoring: config.scoring.clone(),
             keep_models: config.state.keep_models,
         }
@@ -181,6 +185,11 @@ pub struct Engine {
     /// `scoring.max_wait` in event-time milliseconds.
     max_wait_ms: i64,
     new_window_events: u64,
+    /// New negative-feedback events since the active model's threshold was last calibrated.
+    negatives_since_calibration: usize,
+    /// A fresh threshold flagged none of the fresh positives: retrain as soon as the windows
+    /// allow, without waiting for the schedule.
+    early_retrain: bool,
     last_retrain_ts: Option<i64>,
     newest_ts: Option<i64>,
     learner: Option<Learner>,
@@ -282,6 +291,8 @@ impl Engine {
             pending: VecDeque::new(),
             max_wait_ms,
             new_window_events: 0,
+            negatives_since_calibration: 0,
+            early_retrain: false,
             last_retrain_ts: None,
             newest_ts: None,
             learner: None,
@@ -442,7 +453,123 @@ impl Engine {
         if self.inline_retrain && self.retrain_due() {
             self.retrain();
         }
+        if channel == Channel::Negative && outcome == EventOutcome::Windowed {
+            self.note_negative();
+        }
         Ok(())
+    }
+
+    /// Counts a new negative-feedback event; every `recalibrate.every` of them the active
+    /// model gets a fresh threshold ([`Engine::recalibrate`]).
+    fn note_negative(&mut self) {
+        if !self.config.recalibrate.enabled {
+            return;
+        }
+        self.negatives_since_calibration += 1;
+        if self.negatives_since_calibration >= self.config.recalibrate.every {
+            self.recalibrate();
+        }
+    }
+
+    /// Whether a model trained at event time `trained_at_ms` never trained on `entry`: a
+    /// held-out id (it calibrates, never trains), or an event newer than every event of the
+    /// training snapshot whose unlabeled copy (if any) is newer too. USMO never trains on
+    /// negatives (`trains_on_it` false for them), so only an unlabeled copy can have been
+    /// trained on.
+    fn unseen(&self, entry: &Entry, trained_at_ms: i64, trains_on_it: bool) -> bool {
+        if in_calibration(&entry.id, self.config.model.calibration_percent) {
+            return true;
+        }
+        let copy_unseen = self.windows[channel_index(Channel::Unlabeled)]
+            .get(&entry.id)
+            .map_or(true, |u| u.ts > trained_at_ms);
+        copy_unseen && (entry.ts > trained_at_ms || !trains_on_it)
+    }
+
+    /// A fresh threshold for the active model (docs/certificates.md §6): the umbrella
+    /// threshold over the newest `recalibrate.window` negative-feedback events it never
+    /// trained on, scored by it now, with the TPR estimated on the newest unseen positives.
+    /// Those events come from the stream's most recent distribution, which is what a
+    /// threshold under drift needs; the certificate holds for any scorer fixed before they
+    /// were drawn (docs/certificates.md §1). The copy replaces the active model atomically
+    /// with `threshold_version` one higher. Skipped (and counted) with too few unseen
+    /// negatives, for `oob` (which certifies nothing) and without a threshold. A threshold
+    /// that flags none of the fresh positives is still installed, since the one it replaces
+    /// no longer holds τ on these negatives, and asks for an early retrain.
+    fn recalibrate(&mut self) {
+        self.negatives_since_calibration = 0;
+        let Some(active) = self.registry.active() else {
+            return;
+        };
+        let Some(current) = active.model.threshold() else {
+            return;
+        };
+        if current.method == ThresholdMethod::Oob {
+            return;
+        }
+        let (tau, delta) = (self.config.model.tau, self.config.model.delta);
+        let trained_at = active.meta.trained_at_ms;
+        let usmo = matches!(active.model, Model::Usmo(_));
+        let newest_unseen = |channel: Channel, trains_on_it: bool| -> Vec<&Features> {
+            self.windows[channel_index(channel)]
+                .newest_first()
+                .filter(|e| self.unseen(e, trained_at, trains_on_it))
+                .take(self.config.recalibrate.window)
+                .map(|e| &e.x)
+                .collect()
+        };
+        let negatives = newest_unseen(Channel::Negative, !usmo);
+        let positives = newest_unseen(Channel::Positive, true);
+        let n_features = active.model.n_features();
+        let score = |xs: &[&Features]| -> Option<Vec<f64>> {
+            let rows = features_to_rows(xs.iter().copied(), n_features).ok()?;
+            let mut scores = vec![0.0; xs.len()];
+            active.model.score_batch(&rows, &mut scores);
+            Some(scores)
+        };
+        let fresh = score(&negatives).and_then(|n| {
+            let p = score(&positives)?;
+            umbrella(&n, tau, delta, Some(&p)).ok()
+        });
+        let Some(fresh) = fresh else {
+            tracing::debug!(
+                negatives = negatives.len(),
+                "too few unseen negative-feedback events for a fresh threshold"
+            );
+            self.count_recalibration("skipped");
+            return;
+        };
+        let flags_nothing = fresh.tpr_estimate == Some(0.0);
+        let mut copy = active.scoring_only();
+        copy.model.set_threshold(fresh);
+        copy.threshold_version += 1;
+        let (version, threshold_version) = (copy.meta.version, copy.threshold_version);
+        let threshold = copy.model.threshold().map(|t| t.threshold);
+        let Some(installed) = self.registry.replace_active(copy) else {
+            return;
+        };
+        installed.publish(&self.metrics);
+        if flags_nothing {
+            tracing::warn!(
+                version,
+                threshold_version,
+                ?threshold,
+                positives = positives.len(),
+                "the fresh threshold flags none of the recent positives; retraining early"
+            );
+            self.early_retrain = true;
+            self.count_recalibration("flags_nothing");
+        } else {
+            tracing::debug!(version, threshold_version, ?threshold, "fresh threshold");
+            self.count_recalibration("recalibrated");
+        }
+    }
+
+    fn count_recalibration(&self, result: &str) {
+        self.metrics
+            .recalibrations
+            .with_label_values(&[result])
+            .inc();
     }
 
     /// Rebuilds the windows from a message whose outputs were already delivered before a
@@ -674,6 +801,9 @@ impl Engine {
         let Some(last) = self.last_retrain_ts else {
             return true;
         };
+        if self.early_retrain {
+            return true;
+        }
         let by_count = r.every_events > 0 && self.new_window_events >= r.every_events;
         let by_time = match (r.every, self.newest_ts) {
             (Some(every), Some(now)) => {
@@ -689,6 +819,7 @@ impl Engine {
     pub fn retrain(&mut self) -> RetrainOutcome {
         let started = Instant::now();
         self.new_window_events = 0;
+        self.early_retrain = false;
         self.last_retrain_ts = self.newest_ts;
         let outcome = match self.prepare_retrain(started) {
             Ok(job) => self.finish_retrain(job.run()),
@@ -708,6 +839,7 @@ impl Engine {
         }
         let started = Instant::now();
         self.new_window_events = 0;
+        self.early_retrain = false;
         self.last_retrain_ts = self.newest_ts;
         match self.prepare_retrain(started) {
             Ok(job) => {
@@ -891,8 +1023,8 @@ impl Engine {
             }
         };
         let n_features = job.n_features;
-        let stored = StoredModel {
-            meta: Provenance {
+        let stored = StoredModel::new(
+            Provenance {
                 version,
                 trained_at_ms: snapshot.newest_ts,
                 config_fingerprint: self.fingerprint(n_features),
@@ -900,7 +1032,7 @@ impl Engine {
                 window_sizes: snapshot.sizes,
             },
             model,
-        };
+        );
         if let Err(e) = self.store.save(&stored) {
             return RetrainOutcome::Failed {
                 detail: e.to_string(),
@@ -908,6 +1040,7 @@ impl Engine {
         }
         stored.publish(&self.metrics);
         self.registry.install(stored);
+        self.negatives_since_calibration = 0;
         if let Err(e) = self.flush_pending() {
             return RetrainOutcome::Failed {
                 detail: e.to_string(),
@@ -1293,6 +1426,7 @@ mod tests {
     use super::*;
     use crate::config::LoadedConfig;
     use crate::stream::record::RecordReader;
+    use crate::telemetry::RECALIBRATION_RESULTS;
 
     /// These tests read the registry, not the outputs.
     struct Discard;
@@ -1619,6 +1753,127 @@ mod tests {
         assert_eq!(reason(&e, &ranking), Some(GateReason::NoThreshold));
         e.config.model.threshold = Some(ThresholdName::None);
         assert_eq!(reason(&e, &ranking), None);
+    }
+
+    /// `n` records of `channel` from the bundled stream, re-sent as negative feedback with new
+    /// ids and event times after `after`, with their events.
+    fn relabelled_as_negatives(
+        e: &Engine,
+        channel: Channel,
+        after: i64,
+        n: usize,
+        prefix: &str,
+    ) -> Vec<(Record, Event)> {
+        RecordReader::open(std::path::Path::new(STREAM))
+            .expect("stream")
+            .map(|r| r.expect("record"))
+            .filter(|r| r.channel == channel)
+            .take(n)
+            .enumerate()
+            .map(|(i, record)| {
+                let mut event: serde_json::Value =
+                    serde_json::from_slice(&record.payload).expect("json");
+                let (id, ts) = (format!("{prefix}-{i}"), after + 1 + i as i64);
+                event["id"] = id.clone().into();
+                event["ts"] = ts.into();
+                let payload = serde_json::to_vec(&event).expect("json");
+                let negative = Record::new(Channel::Negative, ts, Some(id), payload);
+                let event = parse_event(&negative.payload, e.dim, &e.limits).expect("event");
+                (negative, event)
+            })
+            .collect()
+    }
+
+    fn recalibrations(e: &Engine, result: &str) -> u64 {
+        e.metrics.recalibrations.with_label_values(&[result]).get()
+    }
+
+    /// Negative feedback that drifts onto the unlabeled events (a third of which are spam)
+    /// pushes the active model's FPR far above τ; the fresh thresholds raise the threshold,
+    /// without a retrain, until at most τ of the newest `recalibrate.window` negatives are
+    /// flagged, and every score says which threshold decided it. Negatives that look like
+    /// the training positives leave a threshold that flags none of the fresh positives: it
+    /// is installed all the same and an early retrain follows.
+    #[test]
+    fn fresh_thresholds_follow_drifted_negatives_between_retrains() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let recorded = Recorded::default();
+        let extra = "[recalibrate]\nwindow = 200\nevery = 50\n";
+        let (mut e, registry) = engine_with(dir.path(), extra, Box::new(recorded.clone()));
+        let version = feed_until_first_model(&mut e, &registry);
+        e.config.retrain.every_events = 1_000_000;
+        let first = registry.active().expect("model");
+        assert_eq!(first.threshold_version, 0);
+        let drifted = relabelled_as_negatives(
+            &e,
+            Channel::Unlabeled,
+            first.meta.trained_at_ms,
+            400,
+            "drift",
+        );
+        for (record, _) in &drifted {
+            e.handle(record).expect("handled");
+        }
+        let active = registry.active().expect("model");
+        assert_eq!(
+            (active.meta.version, active.threshold_version),
+            (version, 8),
+            "one fresh threshold per 50 negatives, no retrain: {:?}",
+            RECALIBRATION_RESULTS.map(|r| recalibrations(&e, r))
+        );
+        assert_eq!(e.metrics.threshold_version.get(), 8);
+        assert_eq!(recalibrations(&e, "recalibrated"), 8);
+        let t = active.model.threshold().expect("threshold");
+        assert_eq!(t.method, ThresholdMethod::Umbrella);
+        assert_eq!(t.calibration_negatives, 200);
+        let flagged_share = |threshold: &ThresholdResult| {
+            let newest = &drifted[drifted.len() - 200..];
+            let flagged = newest
+                .iter()
+                .filter(|(_, ev)| {
+                    let out = score_one(&active, ev).expect("scored");
+                    threshold.is_positive(out.score.expect("score"))
+                })
+                .count();
+            flagged as f64 / 200.0
+        };
+        let before = first.model.threshold().expect("threshold");
+        assert!(
+            flagged_share(before) > 0.15,
+            "{} {}",
+            flagged_share(before),
+            before.threshold
+        );
+        assert!(flagged_share(t) <= 0.05, "{}", flagged_share(t));
+        assert!(t.threshold > before.threshold);
+        recorded.take();
+        let unlabeled = RecordReader::open(std::path::Path::new(STREAM))
+            .expect("stream")
+            .map(|r| r.expect("record"))
+            .find(|r| r.channel == Channel::Unlabeled)
+            .expect("an unlabeled event");
+        e.handle(&unlabeled).expect("handled");
+        let out = recorded.take();
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            (out[0].model_version, out[0].threshold_version),
+            (Some(version), Some(8))
+        );
+        assert_eq!(out[0].threshold, Some(t.threshold));
+
+        let memorised = relabelled_as_negatives(
+            &e,
+            Channel::Positive,
+            e.newest_ts.expect("clock"),
+            100,
+            "spam",
+        );
+        for (record, _) in &memorised {
+            e.handle(record).expect("handled");
+        }
+        assert!(recalibrations(&e, "flags_nothing") >= 1);
+        let retrained = registry.active().expect("model");
+        assert!(retrained.meta.version > version, "an early retrain ran");
     }
 
     #[test]

@@ -78,6 +78,27 @@ impl Registry {
         model
     }
 
+    /// Makes `model`, a recalibrated copy of the active model (same version), active in its
+    /// place, history included, so a rollback still reaches the model before it. Nothing
+    /// changes when the active model is no longer that version (a rollback or a swap came
+    /// first): the copy is then of a retired model. Returns the installed model, if it was.
+    pub fn replace_active(&self, model: StoredModel) -> Option<Arc<StoredModel>> {
+        let mut history = self.lock();
+        let version = model.meta.version;
+        let is_active = self
+            .active
+            .load()
+            .as_ref()
+            .is_some_and(|a| a.meta.version == version);
+        let last = history
+            .last_mut()
+            .filter(|m| is_active && m.meta.version == version)?;
+        let model = Arc::new(model);
+        *last = Arc::clone(&model);
+        self.active.store(Some(Arc::clone(&model)));
+        Some(model)
+    }
+
     /// Reverts to the previously accepted model; returns (the retired, the now active).
     pub fn rollback(&self) -> Result<(Arc<StoredModel>, Arc<StoredModel>), RegistryError> {
         let mut history = self.lock();
@@ -136,10 +157,7 @@ mod tests {
         if let Model::Usmo(entry) = &mut model {
             entry.fit.expansion.bias += version as f64 * 1000.0 - zero[0];
         }
-        StoredModel {
-            meta: toy::provenance(version),
-            model,
-        }
+        StoredModel::new(toy::provenance(version), model)
     }
 
     #[test]
@@ -169,6 +187,32 @@ mod tests {
         let resumed = Registry::resumed(3, vec![stored(9), stored(8)]);
         assert_eq!(resumed.active().map(|m| m.meta.version), Some(9));
         assert_eq!(resumed.rollback().map(|(_, a)| a.meta.version), Ok(8));
+    }
+
+    #[test]
+    fn a_recalibrated_copy_replaces_the_active_model_in_place() {
+        let r = Registry::new(3);
+        r.install(stored(1));
+        r.install(stored(2));
+        let mut fresh = stored(2);
+        fresh.threshold_version = 1;
+        assert!(r.replace_active(fresh).is_some());
+        assert_eq!(r.active().map(|m| m.threshold_version), Some(1));
+        assert_eq!(
+            r.list().iter().map(|m| m.version).collect::<Vec<_>>(),
+            vec![2, 1],
+            "one history entry per version"
+        );
+        // A copy of a model no longer active is dropped.
+        r.rollback().expect("previous exists");
+        let mut stale = stored(2);
+        stale.threshold_version = 2;
+        assert!(r.replace_active(stale).is_none());
+        assert_eq!(
+            r.active().map(|m| (m.meta.version, m.threshold_version)),
+            Some((1, 0))
+        );
+        assert_eq!(r.models().len(), 1);
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! emits.
 //!
 //! The score object (JSON):
-//! `{"id", "ts", "score", "flagged", "threshold", "certified", "model_version", "status",
-//! "meta"}` with `status` `"scored"` (every other field set by the model that scored it) or
-//! `"unscored"`, followed by a `"reason"` ([`UnscoredReason`]; `score`, `flagged`, `threshold`,
-//! `certified` and `model_version` null). `certified` is true when the threshold carries an
+//! `{"id", "ts", "score", "flagged", "threshold", "certified", "model_version",
+//! "threshold_version", "status", "meta"}` with `status` `"scored"` (every other field set by
+//! the model that scored it) or `"unscored"`, followed by a `"reason"` ([`UnscoredReason`];
+//! `score`, `flagged`, `threshold`, `certified`, `model_version` and `threshold_version` null).
+//! `threshold_version` says which of the model's thresholds decided `flagged`: 0 the one it
+//! was trained with, then one more per fresh threshold ([`StoredModel::threshold_version`]). `certified` is true when the threshold carries an
 //! FPR bound at confidence 1 − δ (umbrella, pu-umbrella), false for `oob` (an estimate) and for
 //! a ranking-only model (`threshold = "none"`: `flagged` false, `threshold` null). `ts` is null only for HTTP events sent without one; `meta` is the
 //! event's, passed through, or null.
@@ -74,6 +76,7 @@ pub struct ScoreOutput {
     pub threshold: Option<f64>,
     pub certified: Option<bool>,
     pub model_version: Option<u64>,
+    pub threshold_version: Option<u64>,
     #[serde(flatten)]
     pub status: ScoreStatus,
     pub meta: Option<Map<String, Value>>,
@@ -90,6 +93,7 @@ impl ScoreOutput {
             threshold: None,
             certified: None,
             model_version: None,
+            threshold_version: None,
             status: ScoreStatus::Unscored { reason },
             meta: event.meta.clone(),
         }
@@ -128,10 +132,9 @@ impl ScoreOutput {
         out.extend_from_slice(b",\"certified\":");
         write_json_bool(out, self.certified);
         out.extend_from_slice(b",\"model_version\":");
-        match self.model_version {
-            Some(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
-            None => out.extend_from_slice(b"null"),
-        }
+        write_json_u64(out, self.model_version);
+        out.extend_from_slice(b",\"threshold_version\":");
+        write_json_u64(out, self.threshold_version);
         match self.status {
             ScoreStatus::Scored => out.extend_from_slice(b",\"status\":\"scored\",\"meta\":"),
             ScoreStatus::Unscored { reason } => {
@@ -176,6 +179,13 @@ fn write_json_str(out: &mut Vec<u8>, s: &str) {
         let mut serializer = serde_json::Serializer::new(&mut *out);
         // Writing a string to a vector cannot fail.
         let _ = serializer.serialize_str(s);
+    }
+}
+
+fn write_json_u64(out: &mut Vec<u8>, value: Option<u64>) {
+    match value {
+        Some(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
+        None => out.extend_from_slice(b"null"),
     }
 }
 
@@ -285,6 +295,7 @@ fn scored(
         threshold: threshold.map(|t| t.threshold),
         certified: Some(threshold.is_some_and(|t| t.fpr_bound.is_some())),
         model_version: Some(model.meta.version),
+        threshold_version: Some(model.threshold_version),
         status: ScoreStatus::Scored,
         meta: event.meta.clone(),
     }
@@ -310,6 +321,7 @@ mod tests {
             entry.threshold = Some(toy::threshold(threshold));
         }
         StoredModel {
+            threshold_version: 0,
             meta: toy::provenance(7),
             model,
         }
@@ -420,7 +432,7 @@ mod tests {
         assert!(v["score"].is_null() && v["model_version"].is_null());
         // The reason comes right after the status; a scored output has none.
         assert!(u.to_json_line().contains(
-            "\"model_version\":null,\"status\":\"unscored\",\"reason\":\"no_accepted_model\",\"meta\":null}"
+            "\"model_version\":null,\"threshold_version\":null,\"status\":\"unscored\",\"reason\":\"no_accepted_model\",\"meta\":null}"
         ));
         assert_eq!(
             serde_json::from_str::<ScoreOutput>(&u.to_json_line()).ok(),
@@ -467,6 +479,7 @@ mod tests {
             threshold in proptest::option::of(proptest::num::f64::ANY),
             certified in proptest::option::of(proptest::bool::ANY),
             model_version in proptest::option::of(proptest::prelude::any::<u64>()),
+            threshold_version in proptest::option::of(proptest::prelude::any::<u64>()),
             status in proptest::prop_oneof![
                 proptest::strategy::Just(ScoreStatus::Scored),
                 proptest::strategy::Strategy::prop_map(
@@ -485,6 +498,7 @@ mod tests {
                 threshold,
                 certified,
                 model_version,
+                threshold_version,
                 status,
                 meta: meta.map(|m| m.into_iter().collect()),
             };

@@ -47,13 +47,28 @@ impl StoreError {
 pub struct StoredModel {
     pub meta: Provenance,
     pub model: Model,
+    /// Which of this model's thresholds `model` holds: 0 is the one calibrated when it was
+    /// trained (the one in its file), and each fresh threshold between retrains
+    /// ([`crate::config::RecalibrateConfig`]) counts up. Not persisted: a restarted daemon
+    /// serves the trained threshold (0) until its first recalibration.
+    pub threshold_version: u64,
 }
 
 impl StoredModel {
+    /// A model with its trained threshold (`threshold_version` 0).
+    pub fn new(meta: Provenance, model: Model) -> StoredModel {
+        StoredModel {
+            meta,
+            model,
+            threshold_version: 0,
+        }
+    }
+
     /// Points the active-model gauges at this model.
     pub fn publish(&self, metrics: &crate::telemetry::Metrics) {
         metrics.set_active(
             self.meta.version,
+            self.threshold_version,
             self.meta.trained_at_ms,
             self.model.threshold(),
         );
@@ -64,6 +79,7 @@ impl StoredModel {
         StoredModel {
             meta: self.meta.clone(),
             model: self.model.scoring_only(),
+            threshold_version: self.threshold_version,
         }
     }
 
@@ -105,10 +121,7 @@ impl StoredModel {
     pub fn from_file_bytes(bytes: &[u8]) -> Result<StoredModel, ModelError> {
         let file = model::from_file_bytes(bytes)?;
         let meta = file.provenance.ok_or(ModelError::NoProvenance)?;
-        Ok(StoredModel {
-            meta,
-            model: file.model,
-        })
+        Ok(StoredModel::new(meta, file.model))
     }
 }
 
@@ -279,14 +292,14 @@ mod tests {
     use crate::learn::model::toy;
 
     fn stored(version: u64, fingerprint: u64) -> StoredModel {
-        StoredModel {
-            meta: Provenance {
+        StoredModel::new(
+            Provenance {
                 trained_at_ms: 1_700_000_000_000 + version as i64,
                 config_fingerprint: fingerprint,
                 ..toy::provenance(version)
             },
-            model: toy::usmo(Kernel::Linear, ScaleKind::None),
-        }
+            toy::usmo(Kernel::Linear, ScaleKind::None),
+        )
     }
 
     #[test]

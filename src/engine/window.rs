@@ -201,15 +201,23 @@ impl<S: BuildHasher> Window<S> {
         self.stores(self.hasher.hash_one(id), id)
     }
 
+    /// The stored event with this id, if any.
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.find(self.hasher.hash_one(id), id)
+    }
+
     /// Whether an event with this id (whose hash is `id_hash`) is stored.
     fn stores(&self, id_hash: u64, id: &str) -> bool {
-        self.by_id
-            .find(id_hash, |&(hash, seq)| {
-                hash == id_hash
-                    && self.stored_seq(seq)
-                    && self.slot(seq).is_some_and(|s| s.entry.id == id)
-            })
-            .is_some()
+        self.find(id_hash, id).is_some()
+    }
+
+    fn find(&self, id_hash: u64, id: &str) -> Option<&Entry> {
+        let &(_, seq) = self.by_id.find(id_hash, |&(hash, seq)| {
+            hash == id_hash
+                && self.stored_seq(seq)
+                && self.slot(seq).is_some_and(|s| s.entry.id == id)
+        })?;
+        self.slot(seq).map(|s| &s.entry)
     }
 
     /// Whether the event inserted as `seq` is still stored (its index row is live), in O(1):
@@ -245,6 +253,11 @@ impl<S: BuildHasher> Window<S> {
     /// The stored events, oldest insertion first.
     pub fn iter(&self) -> impl Iterator<Item = &Entry> + Clone {
         self.entries.iter().map(|s| &s.entry)
+    }
+
+    /// The stored events, newest insertion first.
+    pub fn newest_first(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().rev().map(|s| &s.entry)
     }
 
     /// The oldest `ts` still allowed, given the newest seen.

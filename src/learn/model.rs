@@ -225,6 +225,14 @@ impl Model {
         }
     }
 
+    /// Replaces the calibrated threshold (a fresh one between retrains).
+    pub fn set_threshold(&mut self, threshold: ThresholdResult) {
+        match self {
+            Model::Usmo(m) => m.threshold = Some(threshold),
+            Model::Tfpl(m) => m.threshold = Some(threshold),
+        }
+    }
+
     /// The bytes of a model file holding this model without provenance (what `neyman train`
     /// writes); see [`to_file_bytes`].
     pub fn to_file_bytes(&self) -> Result<Vec<u8>, ModelError> {

@@ -23,6 +23,9 @@ struct WindowSizes {
 #[derive(Debug, Serialize)]
 pub(super) struct ModelView {
     version: u64,
+    /// Which of this model's thresholds scores now: 0 the one it was trained with, one more
+    /// per fresh threshold (`[recalibrate]`).
+    threshold_version: u64,
     algorithm: &'static str,
     n_features: usize,
     trained_at: String,
@@ -47,6 +50,7 @@ impl ModelView {
         let [positive, unlabeled, negative] = m.meta.window_sizes;
         ModelView {
             version: m.meta.version,
+            threshold_version: m.threshold_version,
             algorithm: m.model.algorithm(),
             n_features: m.model.n_features(),
             trained_at: rfc3339_ms(m.meta.trained_at_ms),
@@ -73,6 +77,7 @@ impl ModelView {
 #[derive(Debug, Serialize)]
 struct ListedModel {
     version: u64,
+    threshold_version: u64,
     algorithm: &'static str,
     trained_at: String,
     trained_at_ms: i64,
@@ -101,6 +106,7 @@ pub(super) async fn list(State(state): State<Shared>) -> Json<ModelList> {
             let t = m.model.threshold();
             ListedModel {
                 version: m.meta.version,
+                threshold_version: m.threshold_version,
                 algorithm: m.model.algorithm(),
                 trained_at: rfc3339_ms(m.meta.trained_at_ms),
                 trained_at_ms: m.meta.trained_at_ms,

@@ -10,7 +10,7 @@
 //!   [`Engine::tick`]: an event waiting for a first model is emitted unscored after
 //!   `scoring.max_wait` of event time or of wall-clock time, whichever comes first.
 //! - **Outputs** ([`KafkaOutputs`]): scores to `kafka.topics.scores` (key = event id; headers
-//!   `model_version` — absent for an unscored output —, `source_topic`, `source_partition`,
+//!   `model_version` and `threshold_version` — absent for an unscored output —, `source_topic`, `source_partition`,
 //!   `source_offset`), rejected messages to `kafka.topics.dlq` (original key, payload and
 //!   headers, plus Kafka Connect's `__connect.errors.topic`, `.partition`, `.offset`,
 //!   `.exception.class.name` = the reason code and `.exception.message` = the detail). One

@@ -346,16 +346,23 @@ fn send_score(
 ) -> KafkaResult<()> {
     payload.clear();
     output.write_json(payload);
-    let (mut version, mut partition, mut offset) = (
+    let (mut version, mut threshold_version, mut partition, mut offset) = (
+        itoa::Buffer::new(),
         itoa::Buffer::new(),
         itoa::Buffer::new(),
         itoa::Buffer::new(),
     );
-    let mut headers = OwnedHeaders::new_with_capacity(4);
+    let mut headers = OwnedHeaders::new_with_capacity(5);
     if let Some(v) = output.model_version {
         headers = headers.insert(Header {
             key: "model_version",
             value: Some(version.format(v).as_bytes()),
+        });
+    }
+    if let Some(v) = output.threshold_version {
+        headers = headers.insert(Header {
+            key: "threshold_version",
+            value: Some(threshold_version.format(v).as_bytes()),
         });
     }
     let headers = headers
@@ -591,6 +598,7 @@ mod tests {
             threshold: Some(0.25),
             certified: Some(true),
             model_version: Some(3),
+            threshold_version: Some(0),
             status: ScoreStatus::Scored,
             meta: None,
         }
