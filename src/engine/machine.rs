@@ -89,6 +89,9 @@ pub enum GateReason {
     ConstantScores,
     /// The threshold flags none of the calibration positives (TPR estimate 0).
     FlagsNothing,
+    /// The solver reports a degenerate solution: no gain over a constant scorer (τ-FPL with
+    /// P(w) = 1, a ranking depth too shallow for the data).
+    NoGain,
 }
 
 impl GateReason {
@@ -101,6 +104,7 @@ impl GateReason {
             GateReason::NpScore => "np_score",
             GateReason::ConstantScores => "constant_scores",
             GateReason::FlagsNothing => "flags_nothing",
+            GateReason::NoGain => "no_gain",
         }
     }
 }
@@ -1119,6 +1123,15 @@ impl Engine {
                 ),
             ));
         }
+        if model.degenerate() {
+            return Some((
+                GateReason::NoGain,
+                format!(
+                    "the solution gains nothing over a constant scorer (P(w) = {}): the ranking depth rank_tau is too shallow for this data",
+                    model.report()["primal_objective"]
+                ),
+            ));
+        }
         let Some(t) = model.threshold() else {
             if cfg.threshold == Some(ThresholdName::None) {
                 return None;
@@ -1874,6 +1887,28 @@ mod tests {
         assert!(recalibrations(&e, "flags_nothing") >= 1);
         let retrained = registry.active().expect("model");
         assert!(retrained.meta.version > version, "an early retrain ran");
+    }
+
+    /// A τ-FPL solution that gains nothing over a constant scorer is refused as `no_gain`,
+    /// before its threshold is looked at (also for a model a trainer publishes).
+    #[test]
+    fn the_gate_refuses_a_degenerate_tfpl_solution() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let model = "algorithm = \"tfpl\"\ntau = 0.05\nseed = 1\n";
+        let (mut e, registry) = engine_of(dir.path(), model, "", Box::new(Discard));
+        feed_until_first_model(&mut e, &registry);
+        let active = registry.active().expect("model");
+        assert!(!active.model.degenerate());
+        assert_eq!(active.model.report()["degenerate"], false);
+        let mut flat = active.model.clone();
+        if let Model::Tfpl(entry) = &mut flat {
+            entry.fit.report.primal_objective = 1.0;
+        }
+        assert!(flat.degenerate());
+        match e.certify(&flat) {
+            Some((GateReason::NoGain, detail)) => assert!(detail.contains("rank_tau"), "{detail}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

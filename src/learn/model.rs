@@ -264,10 +264,25 @@ impl Model {
     }
 
     /// The solver's report (what `train --report json` prints).
+    /// The solver's report as JSON; a τ-FPL report adds `degenerate`
+    /// ([`crate::learn::tfpl::TfplReport::degenerate`]).
     pub fn report(&self) -> serde_json::Value {
         match self {
             Model::Usmo(e) => serde_json::json!(e.fit.report),
-            Model::Tfpl(e) => serde_json::json!(e.fit.report),
+            Model::Tfpl(e) => {
+                let mut report = serde_json::json!(e.fit.report);
+                report["degenerate"] = serde_json::json!(e.fit.report.degenerate());
+                report
+            }
+        }
+    }
+
+    /// Whether the solver reports a solution that gains nothing over a constant scorer (τ-FPL
+    /// only; a USMO model that scores every event alike is caught by its coefficients).
+    pub fn degenerate(&self) -> bool {
+        match self {
+            Model::Usmo(_) => false,
+            Model::Tfpl(e) => e.fit.report.degenerate(),
         }
     }
 

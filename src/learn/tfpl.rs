@@ -196,6 +196,16 @@ pub struct TfplReport {
     pub n_negative: usize,
 }
 
+impl TfplReport {
+    /// Whether the solution gains nothing over the trivial scorer w = 0: P(w) = 1 up to what
+    /// the objective resolves ([`GAP_RESOLUTION`]). That happens when the positives' mean lies
+    /// in the hull of k-averages of negatives (docs/tau-fpl.md §1), so the ranking depth k is
+    /// too shallow for the data; such a model scores every event alike and must not be served.
+    pub fn degenerate(&self) -> bool {
+        1.0 - self.primal_objective <= GAP_RESOLUTION
+    }
+}
+
 /// Dual variables of one sample, for warm starts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DualState {
@@ -811,6 +821,35 @@ mod tests {
         let mut out = vec![0.0; data.len()];
         model.expansion.decision_batch(&data.rows, &mut out);
         out
+    }
+
+    /// Positives drawn like the negatives: at k = ⌊0.01·n⌋ + 1 the top-k negatives outscore
+    /// the positives' mean in every direction, so w* = 0 and the report says `degenerate`;
+    /// shifted positives at the same depth are not.
+    #[test]
+    fn a_zero_gain_solution_is_reported_degenerate() {
+        let cancel = AtomicBool::new(false);
+        let negatives = synthetic(4, 0, 1000, 6);
+        let alike = Dataset {
+            labels: (0..1000)
+                .map(|i| {
+                    if i < 200 {
+                        Label::Positive
+                    } else {
+                        Label::Negative
+                    }
+                })
+                .collect(),
+            ..negatives
+        };
+        let flat = params(0.01, 0.01).fit(&alike, &cancel).unwrap();
+        assert!(flat.report.converged);
+        assert!(flat.report.degenerate(), "{:?}", flat.report);
+        let useful = params(0.01, 0.01)
+            .fit(&synthetic(4, 200, 800, 6), &cancel)
+            .unwrap();
+        assert!(!useful.report.degenerate(), "{:?}", useful.report);
+        assert!(1.0 - useful.report.primal_objective > 1e-3);
     }
 
     #[test]
