@@ -34,8 +34,9 @@
 //! - [`engine`]: the daemon's state machine, whatever drives it: per-channel sliding windows
 //!   ([`engine::window`]), intake, retrain scheduling, the gate and the swap
 //!   ([`engine::machine`]), model persistence in the state directory ([`engine::store`]), the
-//!   atomically swapped active model ([`engine::registry`]), scoring ([`engine::scoring`]) and
-//!   the sink trait ([`engine::outputs`]).
+//!   atomically swapped active model ([`engine::registry`]), scoring ([`engine::scoring`]),
+//!   the sink trait ([`engine::outputs`]) and a replay's prequential accounting
+//!   ([`engine::prequential`]).
 //! - [`daemon`]: running the service: [`daemon::run`] wires metrics, store, registry, HTTP and
 //!   a source, and shuts down; [`daemon::replay`] drives the engine from a recorded stream
 //!   into files; [`daemon::kafka`] from Kafka topics into topics (consumer group and commits,

@@ -597,3 +597,80 @@ fn a_pu_replay_whose_retrains_are_all_refused_answers_every_event_within_max_wai
     );
     assert!(stderr.contains("no_threshold"), "{stderr}");
 }
+
+/// `replay --report json --block N --plot FILE`: the report's blocks are the score file's runs
+/// of N lines, counted against `meta.label`; its totals and summary agree with the file, and
+/// the chart is written. With scores on stdout the report is refused (exit 2).
+#[test]
+fn the_prequential_report_accounts_every_score_by_block() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (stream, _) = stream_with_bad_events(dir.path(), 2500);
+    let plot = dir.path().join("blocks.svg");
+    let out = Command::new(BIN)
+        .arg("replay")
+        .arg(&stream)
+        .arg("--config")
+        .arg(config(dir.path()))
+        .args(["--report", "json", "--block", "300", "--plot"])
+        .arg(&plot)
+        .output()
+        .expect("run neyman");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report on stdout");
+    let scores = lines(&dir.path().join("scores.jsonl"));
+    assert_eq!(report["scored"], scores.len());
+    assert_eq!(report["summary"]["scored"], scores.len());
+    assert_eq!(report["block"], 300);
+    assert_eq!(report["tau"], 0.05);
+    let blocks = report["blocks"].as_array().expect("blocks");
+    assert_eq!(blocks.len(), scores.len().div_ceil(300));
+    for (b, chunk) in blocks.iter().zip(scores.chunks(300)) {
+        let count = |label: i64, flagged: bool| {
+            chunk
+                .iter()
+                .filter(|s| s["meta"]["label"] == label && (!flagged || s["flagged"] == true))
+                .count()
+        };
+        assert_eq!(b["negatives"], count(-1, false), "{b}");
+        assert_eq!(b["false_positives"], count(-1, true), "{b}");
+        assert_eq!(b["positives"], count(1, false), "{b}");
+        assert_eq!(b["true_positives"], count(1, true), "{b}");
+        let fpr = b["false_positives"].as_f64().expect("n") / b["negatives"].as_f64().expect("n");
+        assert!((b["fpr"].as_f64().expect("fpr") - fpr).abs() < 1e-12);
+        assert_eq!(
+            b["beyond_noise"],
+            b["p_value"].as_f64().expect("p") < 0.05,
+            "{b}"
+        );
+    }
+    let beyond = blocks.iter().filter(|b| b["beyond_noise"] == true).count();
+    assert_eq!(report["blocks_beyond_noise"], beyond);
+    assert_eq!(report["without_truth"], 0);
+    let by_version: u64 = report["versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .map(|v| v["scored"].as_u64().expect("scored"))
+        .sum();
+    assert_eq!(by_version, scores.len() as u64);
+    assert!(report["summary"]["models_swapped"].as_u64().expect("swaps") >= 2);
+    let svg = std::fs::read_to_string(&plot).expect("chart written");
+    assert!(svg.starts_with("<svg") && svg.contains("FPR"));
+
+    let refused = Command::new(BIN)
+        .arg("replay")
+        .arg(&stream)
+        .arg("--config")
+        .arg(config(dir.path()))
+        .args(["--report", "json"])
+        .env("NEYMAN_OUTPUT_SCORES", "-")
+        .output()
+        .expect("run neyman");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("output.scores"));
+}

@@ -98,16 +98,31 @@ pub struct ReplayArgs {
     /// Start without resuming the newest stored model.
     #[arg(long)]
     pub no_resume: bool,
-    /// Keep serving HTTP after the end of input, until SIGINT/SIGTERM.
-    #[arg(long)]
+    /// Keep serving HTTP after the end of input, until SIGINT/SIGTERM (without it the replay
+    /// exits at the end of its input).
+    #[arg(long, visible_alias = "serve")]
     pub keep_serving: bool,
     /// Worker threads of the async runtime (HTTP); the output does not depend on it.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// At the end, print the prequential report on stdout: per block of --block unlabeled
+    /// outputs, the observed FPR and TPR against the events' truth (meta.label, or a later
+    /// event with the same id on the positive or negative channel), the blocks beyond binomial
+    /// noise at tau, figures per model and threshold version, and the gate's rejections by
+    /// reason. Needs output.scores to be a file.
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
+    /// Unlabeled outputs per block of --report and --plot.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub block: u64,
+    /// Also draw the per-block FPR (against tau and its noise limit) and TPR, with model
+    /// swaps and the start of drifted events marked, as an SVG chart.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
     /// Publish FILE into the config's [kafka] topics (channel → topic, keys, headers and
     /// timestamps kept) instead of running the daemon; exits once every message is
     /// acknowledged.
-    #[arg(long, conflicts_with_all = ["speed", "no_resume", "keep_serving"])]
+    #[arg(long, conflicts_with_all = ["speed", "no_resume", "keep_serving", "report", "plot"])]
     pub to_kafka: bool,
 }
 

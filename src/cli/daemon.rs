@@ -3,7 +3,8 @@
 //! `run --config FILE` runs the config's source: `[source] kind = "replay"` replays its `path`
 //! and keeps serving HTTP after the stream ends; `kind = "kafka"` runs on the `[kafka]`
 //! topics. `replay FILE --config FILE` replays FILE instead and exits at the end of input
-//! unless `--keep-serving`. SIGINT/SIGTERM stop either (see [`crate::daemon`]).
+//! unless `--keep-serving` (`--serve`); `--report json` prints its prequential report
+//! ([`crate::daemon::ReplayReport`]) and `--plot FILE.svg` draws it. SIGINT/SIGTERM stop either (see [`crate::daemon`]).
 
 use std::path::Path;
 
@@ -37,6 +38,7 @@ pub fn run(args: &RunArgs, loaded: LoadedConfig) -> Result<(), CliError> {
         resume: !args.no_resume,
         keep_serving: true,
         threads: args.threads,
+        report_block: None,
     };
     crate::daemon::run(config, options, shutdown_signal())?;
     Ok(())
@@ -47,6 +49,12 @@ pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
         return super::kafka::replay_to_kafka(args, loaded);
     }
     let config = loaded.config;
+    let wants_report = args.report.is_some() || args.plot.is_some();
+    if args.report.is_some() && config.output.scores.as_os_str() == "-" {
+        return Err(CliError::Usage(
+            "--report json prints to stdout, where output.scores = \"-\" writes the scores: set output.scores to a file (NEYMAN_OUTPUT_SCORES=FILE)".into(),
+        ));
+    }
     let options = Options {
         source: Source::Replay {
             path: args.file.clone(),
@@ -55,8 +63,20 @@ pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
         resume: !args.no_resume,
         keep_serving: args.keep_serving,
         threads: args.threads,
+        report_block: wants_report.then(|| usize::try_from(args.block).unwrap_or(usize::MAX)),
     };
-    crate::daemon::run(config, options, shutdown_signal())?;
+    let finished = crate::daemon::run(config, options, shutdown_signal())?;
+    let Some(report) = finished.report else {
+        return Ok(());
+    };
+    if let Some(path) = &args.plot {
+        super::plot_blocks::write_blocks_svg(path, &report.prequential)?;
+    }
+    if args.report.is_some() {
+        let json = serde_json::to_string(&report)
+            .map_err(|e| CliError::Training(format!("the report: {e}")))?;
+        println!("{json}");
+    }
     Ok(())
 }
 

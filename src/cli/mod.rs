@@ -8,8 +8,9 @@
 //! (`run`, `replay`), [`kafka`] (`record`, `replay --to-kafka`), [`stream`] (`stream make`),
 //! [`bench`](mod@bench) and [`bench_kafka`] (`bench ...`), `eval` (the PU evaluation), `np_eval` (the
 //! Neyman–Pearson protocol) with `np_cells` (its plan and per-split cells) and `baselines`
-//! (the linear-SVM baselines it compares against), [`plot`] (ROC plots) and [`prior`] (bounds
-//! on the positive share of a file's unlabeled rows).
+//! (the linear-SVM baselines it compares against), [`plot`] (ROC plots), `plot_blocks` (the
+//! per-block chart of `replay --plot`) and [`prior`] (bounds on the positive share of a file's
+//! unlabeled rows).
 
 pub mod args;
 mod baselines;
@@ -21,6 +22,7 @@ pub mod kafka;
 mod np_cells;
 mod np_eval;
 pub mod plot;
+mod plot_blocks;
 pub mod prior;
 pub mod stream;
 

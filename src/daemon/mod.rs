@@ -19,6 +19,7 @@
 pub mod kafka;
 pub mod replay;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,7 @@ use std::time::Duration;
 use crate::config::{admin_token, Config, HttpConfig, Secret};
 use crate::engine::machine::{Engine, EngineConfig, EngineParts};
 use crate::engine::outputs::Outputs;
+use crate::engine::prequential::{Prequential, PrequentialReport};
 use crate::engine::registry::Registry;
 use crate::engine::store::ModelStore;
 use crate::serve::{bind, serve, AppState, HttpLimits};
@@ -84,10 +86,35 @@ pub struct Options {
     pub keep_serving: bool,
     /// Worker threads of the async runtime (HTTP).
     pub threads: usize,
+    /// A recorded stream only: account every score against the events' truth in blocks of
+    /// this many unlabeled outputs ([`crate::engine::prequential`]); the result is
+    /// [`Finished::report`].
+    pub report_block: Option<usize>,
+}
+
+/// What [`run`] returns.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Finished {
+    pub summary: Summary,
+    /// With [`Options::report_block`] on a recorded stream.
+    pub report: Option<ReplayReport>,
+}
+
+/// A replay's prequential report (`neyman replay --report json`): the per-block accounting,
+/// the run's summary, and the gate's rejections and the fresh thresholds by kind.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ReplayReport {
+    #[serde(flatten)]
+    pub prequential: PrequentialReport,
+    pub summary: Summary,
+    /// Retrained models the gate refused, by reason (the reasons that occurred).
+    pub rejections: BTreeMap<String, u64>,
+    /// Fresh-threshold recalibrations by result.
+    pub recalibrations: BTreeMap<String, u64>,
 }
 
 /// What a run did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Summary {
     /// Messages handled (scored, windowed or dead-lettered).
     pub handled: u64,
@@ -162,7 +189,7 @@ pub fn run(
     config: Config,
     options: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<Summary, DaemonError> {
+) -> Result<Finished, DaemonError> {
     // The `[kafka]` section is checked before anything is created.
     let source = match options.source {
         Source::Replay { path, speed } => Input::Replay { path, speed },
@@ -181,13 +208,23 @@ pub fn run(
     };
     let stop = Arc::new(AtomicBool::new(false));
     let cancel = Arc::clone(&service.cancel);
+    let mut tracker = None;
     let (intake, keep_serving): (Intake, bool) = match source {
         Input::Replay { path, speed } => {
-            let outputs = replay::file_outputs(&config.output)?;
-            let engine = service.engine(&config, Box::new(outputs), options.resume)?;
+            let files = replay::file_outputs(&config.output)?;
+            let outputs: Box<dyn Outputs> = match options.report_block {
+                Some(block) => {
+                    let t = replay::Tracker::new(Prequential::new(block, config.model.tau));
+                    tracker = Some(t.clone());
+                    Box::new(replay::Tracked::new(files, t))
+                }
+                None => Box::new(files),
+            };
+            let engine = service.engine(&config, outputs, options.resume)?;
             let reader = replay::open(&path)?;
             let stop = Arc::clone(&stop);
-            let intake = move || replay::run(engine, reader, speed, &stop);
+            let labels = tracker.clone();
+            let intake = move || replay::run(engine, reader, speed, &stop, labels.as_ref());
             (Box::new(intake), options.keep_serving)
         }
         Input::Kafka(k) => {
@@ -231,7 +268,27 @@ pub fn run(
         ))?
         .with_counts(&metrics);
     tracing::info!("{summary}");
-    Ok(summary)
+    let report = tracker.map(|t| ReplayReport {
+        prequential: t.take().finish(),
+        summary,
+        rejections: label_counts(&metrics.retrain_rejections),
+        recalibrations: label_counts(&metrics.recalibrations),
+    });
+    Ok(Finished { summary, report })
+}
+
+/// A counter family's values by its one label.
+fn label_counts(family: &prometheus::IntCounterVec) -> BTreeMap<String, u64> {
+    use prometheus::core::Collector;
+    family
+        .collect()
+        .iter()
+        .flat_map(|f| f.get_metric())
+        .filter_map(|m| {
+            let label = m.get_label().first()?.value().to_string();
+            Some((label, m.get_counter().get_value() as u64))
+        })
+        .collect()
 }
 
 /// Resolves on SIGINT or SIGTERM: the `shutdown` of the commands.

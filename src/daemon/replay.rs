@@ -4,15 +4,18 @@
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::{DaemonError, Summary};
 use crate::config::OutputConfig;
 use crate::engine::machine::Engine;
 use crate::engine::outputs::{Origin, OutputError, Outputs};
+use crate::engine::prequential::Prequential;
 use crate::engine::scoring::ScoreOutput;
 use crate::stream::dlq::{DlqRecord, DlqWriter};
-use crate::stream::record::RecordReader;
+use crate::stream::record::{Record, RecordReader};
+use crate::stream::Channel;
 
 /// Scores as JSON lines to a writer (a file or stdout), dead letters to a [`DlqWriter`].
 pub struct FileOutputs {
@@ -38,6 +41,77 @@ impl Outputs for FileOutputs {
     fn flush(&mut self) -> Result<(), OutputError> {
         self.scores.flush().map_err(OutputError::Scores)?;
         Ok(self.dlq.flush()?)
+    }
+}
+
+/// The prequential accounting of a replay, shared by the sink (scores) and the driver
+/// (labelled events).
+#[derive(Debug, Clone)]
+pub struct Tracker(Arc<Mutex<Prequential>>);
+
+impl Tracker {
+    pub fn new(prequential: Prequential) -> Tracker {
+        Tracker(Arc::new(Mutex::new(prequential)))
+    }
+
+    // Every update is one call that cannot leave the counts half-edited, so a poisoned lock
+    // is still usable.
+    fn lock(&self) -> MutexGuard<'_, Prequential> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The accounting so far (the replay has ended when the caller asks).
+    pub fn take(&self) -> Prequential {
+        let mut guard = self.lock();
+        let (block, tau) = guard.settings();
+        std::mem::replace(&mut *guard, Prequential::new(block, tau))
+    }
+
+    /// A labelled record's id is the truth of its unlabeled copy: the record key when it has
+    /// one (`stream make` and Kafka producers key by id), else the payload's `id`.
+    fn observe_record(&self, record: &Record) {
+        if record.channel == Channel::Unlabeled {
+            return;
+        }
+        #[derive(serde::Deserialize)]
+        struct Id {
+            id: String,
+        }
+        let id = match &record.key {
+            Some(key) => key.clone(),
+            None => match serde_json::from_slice::<Id>(&record.payload) {
+                Ok(parsed) => parsed.id,
+                Err(_) => return,
+            },
+        };
+        self.lock().observe_label(&id, record.channel);
+    }
+}
+
+/// A sink that also hands every score to a [`Tracker`].
+pub struct Tracked<O> {
+    inner: O,
+    tracker: Tracker,
+}
+
+impl<O> Tracked<O> {
+    pub fn new(inner: O, tracker: Tracker) -> Tracked<O> {
+        Tracked { inner, tracker }
+    }
+}
+
+impl<O: Outputs> Outputs for Tracked<O> {
+    fn score(&mut self, output: ScoreOutput, origin: Option<Origin>) -> Result<(), OutputError> {
+        self.tracker.lock().observe_score(&output);
+        self.inner.score(output, origin)
+    }
+
+    fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError> {
+        self.inner.dead_letter(letter)
+    }
+
+    fn flush(&mut self) -> Result<(), OutputError> {
+        self.inner.flush()
     }
 }
 
@@ -71,7 +145,8 @@ pub fn open(path: &Path) -> Result<RecordReader, DaemonError> {
 }
 
 /// Feeds every record to the engine until the end of input or `stop`; then emits what still
-/// waits for a model as unscored (`shutdown`) and flushes the sinks. Waits for a first model
+/// waits for a model as unscored (`shutdown`) and flushes the sinks. With a `tracker`, each
+/// labelled record is shown to it before the engine sees it. Waits for a first model
 /// are bounded by event time only (`scoring.max_wait`), even when paced, so a replay's
 /// outputs never depend on the machine's speed. With a `speed`, sleeps between
 /// records by their event-time gaps divided by it.
@@ -80,6 +155,7 @@ pub fn run(
     reader: RecordReader,
     speed: Option<f64>,
     stop: &AtomicBool,
+    tracker: Option<&Tracker>,
 ) -> Result<Summary, DaemonError> {
     let started = Instant::now();
     let mut first_ts = None;
@@ -101,6 +177,9 @@ pub fn run(
                 }
                 std::thread::sleep(wait.min(Duration::from_millis(100)));
             }
+        }
+        if let Some(tracker) = tracker {
+            tracker.observe_record(&record);
         }
         engine.handle(&record).map_err(DaemonError::runtime)?;
         handled += 1;

@@ -12,6 +12,9 @@
 //!   written atomically.
 //! - [`registry`]: the active model, swapped atomically, and the accepted history for rollback.
 //! - [`scoring`]: a batch of events scored by one model, and the score object.
+//! - [`prequential`]: a replay's test-then-train accounting: per-block observed FPR and TPR
+//!   against the events' truth, blocks beyond binomial noise, figures per model and threshold
+//!   version (`replay --report json`).
 //!
 //! The engine owns the feature-dimension lock (the loaded model's, else the first valid
 //! event's) and hands it to [`crate::stream::parse_event`]. It depends on [`crate::stream`],
@@ -20,6 +23,7 @@
 
 pub mod machine;
 pub mod outputs;
+pub mod prequential;
 pub mod registry;
 pub mod scoring;
 pub mod store;
