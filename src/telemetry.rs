@@ -61,9 +61,11 @@ pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "faile
 /// How a due recalibration ended: a fresh threshold swapped in, one swapped in that flags none
 /// of the fresh positives (an early retrain is asked for), or none (too few fresh negatives).
 pub const RECALIBRATION_RESULTS: [&str; 3] = ["recalibrated", "flags_nothing", "skipped"];
+/// What a drift detection was seen on: the `signal` label of `neyman_drift_detected_total`.
+pub const DRIFT_SIGNALS: [&str; 1] = ["scores"];
 
 /// Every metric family name, for the promtool test and the dashboard check.
-pub const FAMILIES: [&str; 40] = [
+pub const FAMILIES: [&str; 42] = [
     "neyman_events_total",
     "neyman_dlq_events_total",
     "neyman_window_events",
@@ -79,6 +81,8 @@ pub const FAMILIES: [&str; 40] = [
     "neyman_threshold",
     "neyman_threshold_version",
     "neyman_recalibrations_total",
+    "neyman_drift_detected_total",
+    "neyman_certificate_stale",
     "neyman_target_fpr",
     "neyman_fpr_bound",
     "neyman_fpr_pu_estimate",
@@ -143,6 +147,10 @@ pub struct Metrics {
     pub threshold_version: IntGauge,
     /// Due recalibrations by result ([`RECALIBRATION_RESULTS`]).
     pub recalibrations: IntCounterVec,
+    /// Drift detections by signal ([`DRIFT_SIGNALS`]).
+    pub drift_detected: IntCounterVec,
+    /// 1 from a drift detection until the next model swap or fresh threshold, else 0.
+    pub certificate_stale: IntGauge,
     /// τ, the target false-positive rate.
     pub target_fpr: Gauge,
     /// The active threshold's certified FPR bound (umbrella, pu-umbrella; NaN for oob).
@@ -373,6 +381,20 @@ impl Metrics {
                 "Fresh-threshold recalibrations of the active model, by result.",
                 "result",
                 &RECALIBRATION_RESULTS,
+            )?,
+            drift_detected: labelled_counter(
+                r,
+                "neyman_drift_detected_total",
+                "Drift detections on the active model's unlabeled scores, by signal.",
+                "signal",
+                &DRIFT_SIGNALS,
+            )?,
+            certificate_stale: register(
+                r,
+                IntGauge::new(
+                    "neyman_certificate_stale",
+                    "1 from a drift detection until the next model swap or fresh threshold, else 0.",
+                )?,
             )?,
             target_fpr: register(
                 r,

@@ -2,7 +2,7 @@
 //!
 //! Every key is documented on its field, in the file of its table: `source.rs`, `output.rs`,
 //! `state.rs`, `windows.rs`, `retrain.rs`, `model.rs` (which also maps `[model]` into the
-//! learner spec), `gate.rs`, `recalibrate.rs`, `scoring.rs`, `http.rs`, `log.rs` and `kafka.rs`;
+//! learner spec), `gate.rs`, `recalibrate.rs`, `drift.rs`, `scoring.rs`, `http.rs`, `log.rs` and `kafka.rs`;
 //! `config/neyman.toml` (the embedded default) lists them all. This file holds
 //! the top-level [`Config`], loading ([`LoadedConfig`]), environment overrides, relative
 //! paths, the cross-key checks and the rendering of `neyman config check`; `values.rs` the value
@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod drift;
 mod gate;
 mod http;
 mod kafka;
@@ -43,6 +44,7 @@ mod state;
 mod values;
 mod windows;
 
+pub use drift::DriftConfig;
 pub use gate::GateConfig;
 pub use http::{admin_token, HttpConfig};
 pub use kafka::{
@@ -62,7 +64,7 @@ pub use windows::{WindowConfig, WindowsConfig};
 
 /// Top-level tables; the first word of a `NEYMAN_` variable must be one of them to be an
 /// override.
-pub const SECTIONS: [&str; 12] = [
+pub const SECTIONS: [&str; 13] = [
     "source",
     "output",
     "state",
@@ -71,6 +73,7 @@ pub const SECTIONS: [&str; 12] = [
     "model",
     "gate",
     "recalibrate",
+    "drift",
     "scoring",
     "http",
     "log",
@@ -112,6 +115,8 @@ pub struct Config {
     pub gate: GateConfig,
     #[serde(default)]
     pub recalibrate: RecalibrateConfig,
+    #[serde(default)]
+    pub drift: DriftConfig,
     #[serde(default)]
     pub scoring: ScoringConfig,
     #[serde(default)]
@@ -433,6 +438,19 @@ impl Config {
         }
         if rc.enabled && rc.every == 0 {
             return bad("recalibrate.every", "must be ≥ 1".into());
+        }
+        let d = &self.drift;
+        if d.enabled && d.window < 2 {
+            return bad("drift.window", "must be ≥ 2".into());
+        }
+        if d.enabled && d.every == 0 {
+            return bad("drift.every", "must be ≥ 1".into());
+        }
+        if d.enabled && !(d.p_value > 0.0 && d.p_value < 1.0) {
+            return bad(
+                "drift.p_value",
+                format!("must be in (0, 1), got {}", d.p_value),
+            );
         }
         if self.state.keep_models < 2 {
             return bad(

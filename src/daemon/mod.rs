@@ -111,6 +111,8 @@ pub struct ReplayReport {
     pub rejections: BTreeMap<String, u64>,
     /// Fresh-threshold recalibrations by result.
     pub recalibrations: BTreeMap<String, u64>,
+    /// Drift detections by signal.
+    pub drift_detections: BTreeMap<String, u64>,
 }
 
 /// What a run did.
@@ -273,6 +275,7 @@ pub fn run(
         summary,
         rejections: label_counts(&metrics.retrain_rejections),
         recalibrations: label_counts(&metrics.recalibrations),
+        drift_detections: label_counts(&metrics.drift_detected),
     });
     Ok(Finished { summary, report })
 }

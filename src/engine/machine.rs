@@ -36,10 +36,11 @@ use std::time::Instant;
 
 use crate::codec::fnv1a64;
 use crate::config::{
-    Config, GateConfig, ModelConfig, RecalibrateConfig, RetrainConfig, Role, ScoringConfig,
-    ThresholdName, WindowsConfig,
+    Config, DriftConfig, GateConfig, ModelConfig, RecalibrateConfig, RetrainConfig, Role,
+    ScoringConfig, ThresholdName, WindowsConfig,
 };
 use crate::data::{Dataset, Label, Rows, Scaler};
+use crate::engine::drift::{Detection, ScoreDrift};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
 use crate::engine::scoring::{score_one, ScoreOutput, UnscoredReason};
@@ -143,6 +144,7 @@ pub struct EngineConfig {
     pub model: ModelConfig,
     pub gate: GateConfig,
     pub recalibrate: RecalibrateConfig,
+    pub drift: DriftConfig,
     pub scoring: ScoringConfig,
     /// Accepted models remembered for rollback (`state.keep_models`).
     pub keep_models: usize,
@@ -156,6 +158,7 @@ impl EngineConfig {
             model: config.model.clone(),
             gate: config.gate.clone(),
             recalibrate: config.recalibrate.clone(),
+            drift: config.drift.clone(),
             scoring: config.scoring.clone(),
             keep_models: config.state.keep_models,
         }
@@ -194,6 +197,11 @@ pub struct Engine {
     /// A fresh threshold flagged none of the fresh positives: retrain as soon as the windows
     /// allow, without waiting for the schedule.
     early_retrain: bool,
+    /// The drift detector on the active model's unlabeled scores (`None`: `drift.enabled`
+    /// is false).
+    drift: Option<ScoreDrift>,
+    /// A drift was detected and neither a swap nor a fresh threshold followed yet.
+    certificate_stale: bool,
     last_retrain_ts: Option<i64>,
     newest_ts: Option<i64>,
     learner: Option<Learner>,
@@ -284,6 +292,7 @@ impl Engine {
             .map(|r| metrics.unscored_events.with_label_values(&[r.as_str()]))
             .collect();
         let max_wait_ms = i64::try_from(config.scoring.max_wait.0.as_millis()).unwrap_or(i64::MAX);
+        let drift = config.drift.enabled.then(|| ScoreDrift::new(&config.drift));
         let mut engine = Engine {
             config,
             metrics,
@@ -297,6 +306,8 @@ impl Engine {
             new_window_events: 0,
             negatives_since_calibration: 0,
             early_retrain: false,
+            drift,
+            certificate_stale: false,
             last_retrain_ts: None,
             newest_ts: None,
             learner: None,
@@ -463,6 +474,41 @@ impl Engine {
         Ok(())
     }
 
+    /// A drift detected on the active model's scores: the certificate is marked stale (its
+    /// calibration events no longer describe the stream) until the next swap or fresh
+    /// threshold, a retrain is asked for at once, and the fresh-threshold count restarts so
+    /// the next one waits for `recalibrate.every` negatives drawn after the change.
+    fn on_drift(&mut self, model: &StoredModel, detection: Detection) {
+        tracing::warn!(
+            version = model.meta.version,
+            threshold_version = model.threshold_version,
+            statistic = detection.statistic,
+            p_value = detection.p_value,
+            "drift detected on the unlabeled scores; the certificate is stale until the next model or fresh threshold"
+        );
+        self.metrics
+            .drift_detected
+            .with_label_values(&["scores"])
+            .inc();
+        self.set_stale(true);
+        self.early_retrain = true;
+        self.negatives_since_calibration = 0;
+    }
+
+    fn set_stale(&mut self, stale: bool) {
+        self.certificate_stale = stale;
+        self.metrics.certificate_stale.set(i64::from(stale));
+    }
+
+    /// A new active model: the drift detector starts from `reference` (its scores on
+    /// held-out unlabeled events; empty: from its first scores) and the certificate is fresh.
+    fn reset_drift(&mut self, reference: Vec<f64>) {
+        if let Some(drift) = &mut self.drift {
+            drift.reset(reference);
+        }
+        self.set_stale(false);
+    }
+
     /// Counts a new negative-feedback event; every `recalibrate.every` of them the active
     /// model gets a fresh threshold ([`Engine::recalibrate`]).
     fn note_negative(&mut self) {
@@ -535,9 +581,10 @@ impl Engine {
             let p = score(&positives)?;
             umbrella(&n, tau, delta, Some(&p)).ok()
         });
+        let (negatives, positives) = (negatives.len(), positives.len());
         let Some(fresh) = fresh else {
             tracing::debug!(
-                negatives = negatives.len(),
+                negatives,
                 "too few unseen negative-feedback events for a fresh threshold"
             );
             self.count_recalibration("skipped");
@@ -553,12 +600,13 @@ impl Engine {
             return;
         };
         installed.publish(&self.metrics);
+        self.set_stale(false);
         if flags_nothing {
             tracing::warn!(
                 version,
                 threshold_version,
                 ?threshold,
-                positives = positives.len(),
+                positives,
                 "the fresh threshold flags none of the recent positives; retraining early"
             );
             self.early_retrain = true;
@@ -729,11 +777,18 @@ impl Engine {
                 }
                 self.recent_flags.push(out.flagged == Some(true));
                 self.count(Channel::Unlabeled, EventOutcome::Scored);
+                let detection = match (&mut self.drift, out.score) {
+                    (Some(drift), Some(score)) => drift.observe(score),
+                    _ => None,
+                };
                 self.metrics
                     .model_age
                     .set((event.ts - model.meta.trained_at_ms) as f64 / 1000.0);
                 self.emit(out, origin)?;
                 self.publish_rates(&model);
+                if let Some(detection) = detection {
+                    self.on_drift(&model, detection);
+                }
             }
             // The dimension is locked to the model's, so this is unreachable in practice;
             // still, an event is never dropped silently.
@@ -1042,8 +1097,12 @@ impl Engine {
                 detail: e.to_string(),
             };
         }
+        let reference = self.drift.as_ref().map_or_else(Vec::new, |_| {
+            held_out_unlabeled_scores(&stored.model, &snapshot, self.config.drift.window)
+        });
         stored.publish(&self.metrics);
         self.registry.install(stored);
+        self.reset_drift(reference);
         self.negatives_since_calibration = 0;
         if let Err(e) = self.flush_pending() {
             return RetrainOutcome::Failed {
@@ -1095,6 +1154,7 @@ impl Engine {
         }
         stored.publish(&self.metrics);
         self.registry.install(stored);
+        self.reset_drift(Vec::new());
         self.flush_pending().map_err(|e| e.to_string())?;
         Ok(version)
     }
@@ -1359,6 +1419,20 @@ impl RetrainJob {
         )?;
         Ok((fit, Some(t), prior, algorithm))
     }
+}
+
+/// `model`'s scores on the newest `limit` held-out unlabeled events of `snapshot`, in event
+/// time order: the drift detector's reference for a model trained on it.
+fn held_out_unlabeled_scores(model: &Model, snapshot: &TrainingSnapshot, limit: usize) -> Vec<f64> {
+    let data = &snapshot.data;
+    let mut rows: Vec<usize> = (0..data.len())
+        .filter(|&i| snapshot.held_out[i] && data.labels[i] == Label::Unlabeled)
+        .collect();
+    rows.sort_by_key(|&i| snapshot.ts[i]);
+    let rows = &rows[rows.len().saturating_sub(limit)..];
+    let mut scores = vec![0.0; rows.len()];
+    model.score_batch(&data.rows.select(rows), &mut scores);
+    scores
 }
 
 /// Rows of the snapshot [`constant_on`] scores: enough to see any spread, bounded so the
@@ -1887,6 +1961,73 @@ mod tests {
         assert!(recalibrations(&e, "flags_nothing") >= 1);
         let retrained = registry.active().expect("model");
         assert!(retrained.meta.version > version, "an early retrain ran");
+    }
+
+    /// Unlabeled events whose features all grow by half (a covariate shift) move the active
+    /// model's scores: the detector fires within a window, marks the certificate stale and
+    /// asks for a retrain at once; the swap that follows makes the certificate fresh again.
+    /// The unshifted stream before it raised no alarm.
+    #[test]
+    fn a_covariate_shift_is_detected_and_marks_the_certificate_stale_until_a_swap() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let extra = "[drift]\nwindow = 200\nevery = 20\n";
+        let (mut e, registry) = engine_with(dir.path(), extra, Box::new(Discard));
+        let version = feed_until_first_model(&mut e, &registry);
+        e.config.retrain.every_events = 1_000_000;
+        let records: Vec<Record> = RecordReader::open(std::path::Path::new(STREAM))
+            .expect("stream")
+            .map(|r| r.expect("record"))
+            .filter(|r| r.channel == Channel::Unlabeled)
+            .collect();
+        let detections = |e: &Engine| {
+            e.metrics
+                .drift_detected
+                .with_label_values(&["scores"])
+                .get()
+        };
+        let mut ts = e.newest_ts.expect("clock");
+        let mut resend = |e: &mut Engine, record: &Record, scale: f64, tag: &str| {
+            let mut event: serde_json::Value =
+                serde_json::from_slice(&record.payload).expect("json");
+            for v in event["x"].as_array_mut().expect("dense") {
+                *v = (v.as_f64().expect("number") * scale).into();
+            }
+            ts += 1;
+            let id = format!("{tag}-{ts}");
+            event["id"] = id.clone().into();
+            event["ts"] = ts.into();
+            let payload = serde_json::to_vec(&event).expect("json");
+            e.handle(&Record::new(Channel::Unlabeled, ts, Some(id), payload))
+                .expect("handled");
+        };
+        for record in &records[..600] {
+            resend(&mut e, record, 1.0, "same");
+        }
+        assert_eq!(detections(&e), 0, "no alarm on the unshifted stream");
+        assert_eq!(e.metrics.certificate_stale.get(), 0);
+        // No retrain can run meanwhile, so the stale mark stays visible.
+        let min_positive = e.config.retrain.min_positive;
+        e.config.retrain.min_positive = usize::MAX;
+        let fired_at = records[600..900]
+            .iter()
+            .enumerate()
+            .find_map(|(i, record)| {
+                resend(&mut e, record, 3.0, "shifted");
+                (detections(&e) > 0).then_some(i)
+            });
+        let fired_at = fired_at.expect("the shift is detected");
+        assert!(fired_at < 200, "detected after {fired_at} shifted events");
+        assert_eq!(detections(&e), 1);
+        assert_eq!(e.metrics.certificate_stale.get(), 1);
+        assert!(e.early_retrain);
+        assert_eq!(registry.active().map(|m| m.meta.version), Some(version));
+        e.config.retrain.min_positive = min_positive;
+        resend(&mut e, &records[900], 3.0, "shifted");
+        assert!(
+            registry.active().expect("model").meta.version > version,
+            "the early retrain swapped a model in"
+        );
+        assert_eq!(e.metrics.certificate_stale.get(), 0, "fresh after the swap");
     }
 
     /// A τ-FPL solution that gains nothing over a constant scorer is refused as `no_gain`,

@@ -12,6 +12,8 @@
 //!   written atomically.
 //! - [`registry`]: the active model, swapped atomically, and the accepted history for rollback.
 //! - [`scoring`]: a batch of events scored by one model, and the score object.
+//! - [`drift`]: the drift detector on the active model's unlabeled scores (two-sample KS
+//!   against its reference scores).
 //! - [`prequential`]: a replay's test-then-train accounting: per-block observed FPR and TPR
 //!   against the events' truth, blocks beyond binomial noise, figures per model and threshold
 //!   version (`replay --report json`).
@@ -21,6 +23,7 @@
 //! [`crate::data`], [`crate::learn`], [`crate::config`] (its own sections) and
 //! [`crate::telemetry`], never on rdkafka, tokio or axum, and nothing below points up to it.
 
+pub mod drift;
 pub mod machine;
 pub mod outputs;
 pub mod prequential;

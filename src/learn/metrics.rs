@@ -1,5 +1,6 @@
 //! Evaluation metrics: confusion counts and the rates derived from them, ROC AUC, partial AUC up
-//! to a false-positive budget, the Neyman–Pearson score, and mean ± sd over runs. Pure math on
+//! to a false-positive budget, the Neyman–Pearson score, mean ± sd over runs, and the
+//! two-sample Kolmogorov–Smirnov test that the daemon's drift detector runs on scores. Pure math on
 //! score slices and boolean truths (`true` = positive class); every 0/0 rate has a documented
 //! value, so a degenerate split yields a number rather than a NaN that poisons later averages.
 
@@ -233,6 +234,56 @@ pub fn mean_sd(values: &[f64]) -> (f64, f64) {
     (mean, (sum_sq / (n - 1.0)).sqrt())
 }
 
+/// The two-sample Kolmogorov–Smirnov statistic D = sup |F_a − F_b| of two score samples and
+/// its asymptotic p-value Q_KS(λ) = 2 Σ_{k≥1} (−1)^{k−1} e^{−2k²λ²}, λ = (√n_e + 0.12 +
+/// 0.11/√n_e)·D, n_e = n_a·n_b/(n_a + n_b) (Stephens' correction; Numerical Recipes §14.3).
+/// Ties make the test conservative (D can only shrink). `None` if either sample is empty or
+/// holds a non-finite score.
+pub fn ks_two_sample(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
+    if a.is_empty() || b.is_empty() || a.iter().chain(b).any(|v| !v.is_finite()) {
+        return None;
+    }
+    let sorted = |x: &[f64]| {
+        let mut v = x.to_vec();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (a, b) = (sorted(a), sorted(b));
+    let (na, nb) = (a.len() as f64, b.len() as f64);
+    let (mut i, mut j, mut d) = (0, 0, 0.0_f64);
+    while i < a.len() && j < b.len() {
+        let v = a[i].min(b[j]);
+        while i < a.len() && a[i] <= v {
+            i += 1;
+        }
+        while j < b.len() && b[j] <= v {
+            j += 1;
+        }
+        d = d.max((i as f64 / na - j as f64 / nb).abs());
+    }
+    let ne = na * nb / (na + nb);
+    let lambda = (ne.sqrt() + 0.12 + 0.11 / ne.sqrt()) * d;
+    Some((d, kolmogorov_q(lambda)))
+}
+
+/// Q_KS(λ) = 2 Σ_{k≥1} (−1)^{k−1} e^{−2k²λ²}: 1 at λ = 0, falling to 0; the series is summed
+/// until its terms stop mattering (it alternates, so the error is below the last term).
+fn kolmogorov_q(lambda: f64) -> f64 {
+    if lambda < 0.2 {
+        return 1.0;
+    }
+    let mut sum = 0.0;
+    for k in 1..=100 {
+        let k = f64::from(k);
+        let term = (-2.0 * k * k * lambda * lambda).exp();
+        sum += if k % 2.0 == 1.0 { term } else { -term };
+        if term < 1e-12 * sum.abs() {
+            break;
+        }
+    }
+    (2.0 * sum).clamp(0.0, 1.0)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -240,6 +291,43 @@ mod tests {
     use super::*;
 
     const EPS: f64 = 1e-12;
+
+    /// Reference values: D exactly, and the p-value of D = 0.5 at n = 10 + 10 in the range of
+    /// the exact one (0.167) and the uncorrected asymptotic one (0.068); and the size of the
+    /// test on equal distributions: over 2 000 pairs of samples of 200 uniforms, p < 0.05 in
+    /// about 5 % of them (binomial sd 0.5 %; the asymptotic form is slightly conservative).
+    #[test]
+    fn ks_two_sample_statistic_p_value_and_size() {
+        let a: Vec<f64> = (0..10).map(f64::from).collect();
+        let b: Vec<f64> = (5..15).map(f64::from).collect();
+        let (d, p) = ks_two_sample(&a, &b).expect("samples");
+        assert!((d - 0.5).abs() < 1e-12, "{d}");
+        assert!((0.068..0.17).contains(&p), "{p}");
+        let (d, p) = ks_two_sample(&a, &a).expect("samples");
+        assert_eq!((d, p), (0.0, 1.0));
+        let far: Vec<f64> = (100..300).map(f64::from).collect();
+        let near: Vec<f64> = (0..200).map(f64::from).collect();
+        let (d, p) = ks_two_sample(&near, &far).expect("samples");
+        assert!((d - 0.5).abs() < 1e-12 && p < 1e-9, "{d} {p}");
+        assert!(ks_two_sample(&[], &a).is_none());
+        assert!(ks_two_sample(&[f64::NAN], &a).is_none());
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut uniform = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let rejections = (0..2000)
+            .filter(|_| {
+                let x: Vec<f64> = (0..200).map(|_| uniform()).collect();
+                let y: Vec<f64> = (0..200).map(|_| uniform()).collect();
+                ks_two_sample(&x, &y).expect("samples").1 < 0.05
+            })
+            .count();
+        let rate = rejections as f64 / 2000.0;
+        assert!((0.03..0.065).contains(&rate), "size {rate}");
+    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= EPS

@@ -1,0 +1,51 @@
+//! The `[drift]` table.
+
+use serde::{Deserialize, Serialize};
+
+/// Drift detection on the unlabeled events' scores: a two-sample Kolmogorov–Smirnov test
+/// between the active model's reference scores (its held-out unlabeled events at training,
+/// else its first `window` unlabeled scores) and its latest `window` scores (README, "How the
+/// daemon works", step 8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriftConfig {
+    /// Detect at all. On by default: a detection marks the certificate stale, asks for an
+    /// early retrain and restarts the fresh-threshold count.
+    #[serde(default = "default_enabled")]
+    pub enabled: bool,
+    /// Scores in the reference and in the recent sample. Keep it below the unlabeled events
+    /// between two retrains: a swap restarts both samples.
+    #[serde(default = "default_window")]
+    pub window: usize,
+    /// Test after this many new unlabeled scores (once both samples are full).
+    #[serde(default = "default_every")]
+    pub every: usize,
+    /// A test whose p-value is below this is a detection. Small, because the test runs every
+    /// `every` scores: on stationary streams the false alarms are measured in the README.
+    #[serde(default = "default_p_value")]
+    pub p_value: f64,
+}
+
+fn default_enabled() -> bool {
+    true
+}
+fn default_window() -> usize {
+    300
+}
+fn default_every() -> usize {
+    50
+}
+fn default_p_value() -> f64 {
+    1e-4
+}
+
+impl Default for DriftConfig {
+    fn default() -> Self {
+        DriftConfig {
+            enabled: default_enabled(),
+            window: default_window(),
+            every: default_every(),
+            p_value: default_p_value(),
+        }
+    }
+}
