@@ -18,8 +18,10 @@ pub struct RecalibrateConfig {
     /// stream.
     #[serde(default = "default_window")]
     pub window: usize,
-    /// Recalibrate after this many new negative-feedback events (the count restarts when a
-    /// retrained model is swapped in, with its own fresh threshold).
+    /// Recalibrate after this many new negative-feedback events, or for a pu-umbrella
+    /// threshold this many new labelled positives (the counts restart when a retrained model
+    /// is swapped in, with its own fresh threshold). A pu-umbrella recalibration takes the
+    /// newest `window` unseen positives and unlabeled events.
     #[serde(default = "default_every")]
     pub every: usize,
 }

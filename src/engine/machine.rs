@@ -194,6 +194,8 @@ pub struct Engine {
     new_window_events: u64,
     /// New negative-feedback events since the active model's threshold was last calibrated.
     negatives_since_calibration: usize,
+    /// New labelled positives since then (they drive a pu-umbrella model's fresh thresholds).
+    positives_since_calibration: usize,
     /// A fresh threshold flagged none of the fresh positives: retrain as soon as the windows
     /// allow, without waiting for the schedule.
     early_retrain: bool,
@@ -305,6 +307,7 @@ impl Engine {
             max_wait_ms,
             new_window_events: 0,
             negatives_since_calibration: 0,
+            positives_since_calibration: 0,
             early_retrain: false,
             drift,
             certificate_stale: false,
@@ -468,8 +471,8 @@ impl Engine {
         if self.inline_retrain && self.retrain_due() {
             self.retrain();
         }
-        if channel == Channel::Negative && outcome == EventOutcome::Windowed {
-            self.note_negative();
+        if outcome == EventOutcome::Windowed {
+            self.note_feedback(channel);
         }
         Ok(())
     }
@@ -493,6 +496,7 @@ impl Engine {
         self.set_stale(true);
         self.early_retrain = true;
         self.negatives_since_calibration = 0;
+        self.positives_since_calibration = 0;
     }
 
     fn set_stale(&mut self, stale: bool) {
@@ -509,14 +513,31 @@ impl Engine {
         self.set_stale(false);
     }
 
-    /// Counts a new negative-feedback event; every `recalibrate.every` of them the active
-    /// model gets a fresh threshold ([`Engine::recalibrate`]).
-    fn note_negative(&mut self) {
+    /// Counts a new labelled event; every `recalibrate.every` negatives (or, for a
+    /// pu-umbrella threshold, positives) the active model gets a fresh threshold
+    /// ([`Engine::recalibrate`]).
+    fn note_feedback(&mut self, channel: Channel) {
         if !self.config.recalibrate.enabled {
             return;
         }
-        self.negatives_since_calibration += 1;
-        if self.negatives_since_calibration >= self.config.recalibrate.every {
+        let every = self.config.recalibrate.every;
+        let due = match channel {
+            Channel::Negative => {
+                self.negatives_since_calibration += 1;
+                self.negatives_since_calibration >= every
+            }
+            Channel::Positive => {
+                self.positives_since_calibration += 1;
+                self.positives_since_calibration >= every
+                    && self.registry.active().is_some_and(|m| {
+                        m.model
+                            .threshold()
+                            .is_some_and(|t| t.method == ThresholdMethod::PuUmbrella)
+                    })
+            }
+            Channel::Unlabeled => false,
+        };
+        if due {
             self.recalibrate();
         }
     }
@@ -548,6 +569,7 @@ impl Engine {
     /// no longer holds τ on these negatives, and asks for an early retrain.
     fn recalibrate(&mut self) {
         self.negatives_since_calibration = 0;
+        self.positives_since_calibration = 0;
         let Some(active) = self.registry.active() else {
             return;
         };
@@ -557,19 +579,20 @@ impl Engine {
         if current.method == ThresholdMethod::Oob {
             return;
         }
-        let (tau, delta) = (self.config.model.tau, self.config.model.delta);
+        let pu = current.method == ThresholdMethod::PuUmbrella;
         let trained_at = active.meta.trained_at_ms;
         let usmo = matches!(active.model, Model::Usmo(_));
-        let newest_unseen = |channel: Channel, trains_on_it: bool| -> Vec<&Features> {
+        let window = self.config.recalibrate.window;
+        // The newest `window` events of a channel the model never trained on (`fresh`), or the
+        // newest it did train on (the PU candidates' source).
+        let newest = |channel: Channel, trains_on_it: bool, fresh: bool| -> Vec<&Features> {
             self.windows[channel_index(channel)]
                 .newest_first()
-                .filter(|e| self.unseen(e, trained_at, trains_on_it))
-                .take(self.config.recalibrate.window)
+                .filter(|e| self.unseen(e, trained_at, trains_on_it) == fresh)
+                .take(window)
                 .map(|e| &e.x)
                 .collect()
         };
-        let negatives = newest_unseen(Channel::Negative, !usmo);
-        let positives = newest_unseen(Channel::Positive, true);
         let n_features = active.model.n_features();
         let score = |xs: &[&Features]| -> Option<Vec<f64>> {
             let rows = features_to_rows(xs.iter().copied(), n_features).ok()?;
@@ -577,15 +600,34 @@ impl Engine {
             active.model.score_batch(&rows, &mut scores);
             Some(scores)
         };
-        let fresh = score(&negatives).and_then(|n| {
-            let p = score(&positives)?;
-            umbrella(&n, tau, delta, Some(&p)).ok()
-        });
+        let negatives = newest(Channel::Negative, !usmo, true);
+        let positives = score(&newest(Channel::Positive, true, true)).unwrap_or_default();
+        let (tau, delta) = (self.config.model.tau, self.config.model.delta);
+        let min_negatives =
+            crate::learn::threshold::umbrella_min_negatives(tau, delta).unwrap_or(usize::MAX);
+        // The configured method, else umbrella once enough unseen negatives exist.
+        let use_umbrella = match self.config.model.threshold {
+            Some(ThresholdName::Umbrella) => true,
+            Some(ThresholdName::PuUmbrella) => false,
+            _ => negatives.len() >= min_negatives || !pu,
+        };
+        let fresh = if use_umbrella {
+            score(&negatives).and_then(|n| umbrella(&n, tau, delta, Some(&positives)).ok())
+        } else {
+            let unlabeled = score(&newest(Channel::Unlabeled, true, true));
+            let trained_positives = score(&newest(Channel::Positive, true, false));
+            let trained_unlabeled = score(&newest(Channel::Unlabeled, true, false));
+            match (unlabeled, trained_positives, trained_unlabeled) {
+                (Some(u), Some(tp), Some(tu)) => self.fresh_pu_threshold(&positives, &u, &tp, &tu),
+                _ => None,
+            }
+        };
         let (negatives, positives) = (negatives.len(), positives.len());
         let Some(fresh) = fresh else {
             tracing::debug!(
                 negatives,
-                "too few unseen negative-feedback events for a fresh threshold"
+                positives,
+                "too few unseen feedback events for a fresh threshold"
             );
             self.count_recalibration("skipped");
             return;
@@ -615,6 +657,38 @@ impl Engine {
             tracing::debug!(version, threshold_version, ?threshold, "fresh threshold");
             self.count_recalibration("recalibrated");
         }
+    }
+
+    /// pu-umbrella on fresh data: the unseen `positives` and `unlabeled` scores calibrate, the
+    /// candidates are the scores of events the model trained on (fixed without the calibration
+    /// events, docs/certificates.md §2), and `auto` prior ends come from the same calibration
+    /// scores at a share of δ (§5), as at a retrain.
+    fn fresh_pu_threshold(
+        &self,
+        positives: &[f64],
+        unlabeled: &[f64],
+        trained_positives: &[f64],
+        trained_unlabeled: &[f64],
+    ) -> Option<ThresholdResult> {
+        let learner = self.config.model.learner_spec();
+        let spec = learner.threshold.as_ref()?.spec(learner.seed);
+        // Both ends `auto`: calibration_prior replaces both, so the interval passed is moot.
+        let interval = spec.prior_interval.unwrap_or((0.0, 1.0));
+        let prior = spec
+            .calibration_prior(interval, positives, unlabeled, trained_positives)
+            .ok()?;
+        let mut trained: Vec<f64> = trained_positives.to_vec();
+        trained.extend_from_slice(trained_unlabeled);
+        crate::learn::threshold::pu_umbrella(
+            &crate::learn::threshold::pu_candidates(&trained),
+            positives,
+            unlabeled,
+            self.config.model.tau,
+            prior.delta,
+            prior.prior_min,
+            prior.prior_max,
+        )
+        .ok()
     }
 
     fn count_recalibration(&self, result: &str) {
@@ -1104,6 +1178,7 @@ impl Engine {
         self.registry.install(stored);
         self.reset_drift(reference);
         self.negatives_since_calibration = 0;
+        self.positives_since_calibration = 0;
         if let Err(e) = self.flush_pending() {
             return RetrainOutcome::Failed {
                 detail: e.to_string(),
@@ -1961,6 +2036,55 @@ mod tests {
         assert!(recalibrations(&e, "flags_nothing") >= 1);
         let retrained = registry.active().expect("model");
         assert!(retrained.meta.version > version, "an early retrain ran");
+    }
+
+    /// A pu-umbrella model gets fresh thresholds from the newest positives and unlabeled
+    /// events it never trained on, every `recalibrate.every` new positives; each certifies τ
+    /// with the configured prior interval, on at most `recalibrate.window` events per channel.
+    #[test]
+    fn pu_models_get_fresh_pu_umbrella_thresholds_from_positives_and_unlabeled_events() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let model = "algorithm = \"usmo\"\nprior = 0.38\nprior_min = 0.33\nprior_max = 0.43\nthreshold = \"pu-umbrella\"\ntau = 0.3\nseed = 1\n";
+        let extra = "[recalibrate]\nwindow = 400\nevery = 10\n";
+        let (mut e, registry) = engine_of(dir.path(), model, extra, Box::new(Discard));
+        let version = feed_until_first_model(&mut e, &registry);
+        e.config.retrain.every_events = 1_000_000;
+        let first = registry.active().expect("model");
+        let mut ts = first.meta.trained_at_ms;
+        // The stream again, under new ids and later times: every event is unseen.
+        for record in RecordReader::open(std::path::Path::new(STREAM))
+            .expect("stream")
+            .map(|r| r.expect("record"))
+            .filter(|r| r.channel != Channel::Negative)
+            .take(1500)
+        {
+            let mut event: serde_json::Value =
+                serde_json::from_slice(&record.payload).expect("json");
+            ts += 1;
+            let id = format!("again-{ts}");
+            event["id"] = id.clone().into();
+            event["ts"] = ts.into();
+            let payload = serde_json::to_vec(&event).expect("json");
+            e.handle(&Record::new(record.channel, ts, Some(id), payload))
+                .expect("handled");
+        }
+        let active = registry.active().expect("model");
+        assert_eq!(active.meta.version, version, "no retrain ran");
+        let fresh = recalibrations(&e, "recalibrated") + recalibrations(&e, "flags_nothing");
+        assert!(
+            fresh >= 5,
+            "{:?}",
+            RECALIBRATION_RESULTS.map(|r| recalibrations(&e, r))
+        );
+        assert_eq!(active.threshold_version, fresh);
+        let t = active.model.threshold().expect("threshold");
+        assert_eq!(t.method, ThresholdMethod::PuUmbrella);
+        assert_eq!(t.fpr_bound, Some(0.3));
+        assert!(
+            t.calibration_positives <= 400 && t.calibration_unlabeled == 400,
+            "{t:?}"
+        );
+        assert!(t.tpr_estimate.is_some_and(|tpr| tpr > 0.0), "{t:?}");
     }
 
     /// Unlabeled events whose features all grow by half (a covariate shift) move the active
