@@ -58,7 +58,7 @@ use crate::stream::event::{
     features_to_rows, parse_event, Event, EventLimits, RejectReason, Rejection,
 };
 use crate::stream::record::Record;
-use crate::stream::{Channel, Features};
+use crate::stream::Channel;
 use crate::telemetry::{EventOutcome, Metrics};
 
 /// Feedback and unlabeled outcomes remembered for the observed-FPR and flag-rate gauges.
@@ -584,24 +584,23 @@ impl Engine {
         let usmo = matches!(active.model, Model::Usmo(_));
         let window = self.config.recalibrate.window;
         // The newest `window` events of a channel the model never trained on (`fresh`), or the
-        // newest it did train on (the PU candidates' source).
-        let newest = |channel: Channel, trains_on_it: bool, fresh: bool| -> Vec<&Features> {
+        // newest it did train on (the PU candidates' source), newest first.
+        let newest = |channel: Channel, trains_on_it: bool, fresh: bool| -> Vec<&Entry> {
             self.windows[channel_index(channel)]
                 .newest_first()
                 .filter(|e| self.unseen(e, trained_at, trains_on_it) == fresh)
                 .take(window)
-                .map(|e| &e.x)
                 .collect()
         };
         let n_features = active.model.n_features();
-        let score = |xs: &[&Features]| -> Option<Vec<f64>> {
-            let rows = features_to_rows(xs.iter().copied(), n_features).ok()?;
-            let mut scores = vec![0.0; xs.len()];
+        let score = |entries: &[&Entry]| -> Option<Vec<f64>> {
+            let rows = features_to_rows(entries.iter().map(|e| &e.x), n_features).ok()?;
+            let mut scores = vec![0.0; entries.len()];
             active.model.score_batch(&rows, &mut scores);
             Some(scores)
         };
         let negatives = newest(Channel::Negative, !usmo, true);
-        let positives = score(&newest(Channel::Positive, true, true)).unwrap_or_default();
+        let fresh_positives = newest(Channel::Positive, true, true);
         let (tau, delta) = (self.config.model.tau, self.config.model.delta);
         let min_negatives =
             crate::learn::threshold::umbrella_min_negatives(tau, delta).unwrap_or(usize::MAX);
@@ -611,18 +610,36 @@ impl Engine {
             Some(ThresholdName::PuUmbrella) => false,
             _ => negatives.len() >= min_negatives || !pu,
         };
+        let mut calibration_positives = fresh_positives.len();
         let fresh = if use_umbrella {
+            let positives = score(&fresh_positives).unwrap_or_default();
             score(&negatives).and_then(|n| umbrella(&n, tau, delta, Some(&positives)).ok())
         } else {
-            let unlabeled = score(&newest(Channel::Unlabeled, true, true));
-            let trained_positives = score(&newest(Channel::Positive, true, false));
-            let trained_unlabeled = score(&newest(Channel::Unlabeled, true, false));
-            match (unlabeled, trained_positives, trained_unlabeled) {
-                (Some(u), Some(tp), Some(tu)) => self.fresh_pu_threshold(&positives, &u, &tp, &tu),
+            // pu-umbrella compares the positives with the positives among the unlabeled
+            // events, so both samples must cover the same span of event time: a held-out
+            // positive from before a drift beside post-drift unlabeled events breaks the test.
+            let mut unlabeled = newest(Channel::Unlabeled, true, true);
+            let oldest = |entries: &[&Entry]| entries.iter().map(|e| e.ts).min();
+            let since = oldest(&fresh_positives)
+                .max(oldest(&unlabeled))
+                .unwrap_or(i64::MAX);
+            let mut positives = fresh_positives.clone();
+            positives.retain(|e| e.ts >= since);
+            unlabeled.retain(|e| e.ts >= since);
+            calibration_positives = positives.len();
+            let trained_positives = newest(Channel::Positive, true, false);
+            let trained_unlabeled = newest(Channel::Unlabeled, true, false);
+            match (
+                score(&positives),
+                score(&unlabeled),
+                score(&trained_positives),
+                score(&trained_unlabeled),
+            ) {
+                (Some(p), Some(u), Some(tp), Some(tu)) => self.fresh_pu_threshold(&p, &u, &tp, &tu),
                 _ => None,
             }
         };
-        let (negatives, positives) = (negatives.len(), positives.len());
+        let (negatives, positives) = (negatives.len(), calibration_positives);
         let Some(fresh) = fresh else {
             tracing::debug!(
                 negatives,
