@@ -183,7 +183,9 @@ pub struct StreamMakeArgs {
     /// A drift from --at on: `abrupt` (every feature shifts by --drift-size standard
     /// deviations; sparse values scale by 1 + size), `gradual` (the same, ramped in linearly to
     /// the end), `prior` (negatives are skipped with probability size/(1 + size): the odds of a
-    /// positive grow by 1 + size). Drifted events carry meta.drifted = true.
+    /// positive grow by 1 + size), `concept` (the labels of the events whose most evenly
+    /// splitting feature is above its median flip with probability size ≤ 1, channels drawn
+    /// anew: P(y | x) changes, P(x) does not). Drifted events carry meta.drifted = true.
     #[arg(long, value_enum)]
     pub drift: Option<DriftArg>,
     /// Where the drift starts, as a share of the stream's events, in [0, 1).
@@ -205,6 +207,7 @@ pub enum DriftArg {
     Abrupt,
     Gradual,
     Prior,
+    Concept,
 }
 
 impl From<DriftArg> for crate::stream::make::DriftKind {
@@ -213,6 +216,7 @@ impl From<DriftArg> for crate::stream::make::DriftKind {
             DriftArg::Abrupt => Self::Abrupt,
             DriftArg::Gradual => Self::Gradual,
             DriftArg::Prior => Self::Prior,
+            DriftArg::Concept => Self::Concept,
         }
     }
 }

@@ -27,11 +27,18 @@
 //! - `prior`: a class-prior shift. Each negative is skipped with probability
 //!   `size`/(1 + `size`), so the odds of a positive among the events grow by 1 + `size`;
 //!   features are unchanged. The stream still has `total` events (more cycles fill it).
+//! - `concept`: a concept change, P(y | x) moves while P(x) stays. The region is "feature j*
+//!   above its median", j* the feature whose median splits the rows most evenly; from the
+//!   drift point each event in the region has its label flipped with probability `size`
+//!   (≤ 1; 1 flips them all), and its channel is drawn anew for the new label (positive:
+//!   `positive` with the PU fraction, else `unlabeled`; negative: `negative` with the
+//!   feedback fraction, else `unlabeled`). `meta.label` is the new label.
 //!
 //! Events from the drift point on carry `meta.drifted = true`.
 //!
 //! Determinism: the channel draws and the shuffles come from ChaCha8 stream 0 of the seed, the
-//! gaps from stream 1, the `prior` drift's skips from stream 2; `rand`'s `sample` and
+//! gaps from stream 1, the `prior` drift's skips and the `concept` drift's flips and channels
+//! from stream 2; `rand`'s `sample` and
 //! `shuffle` are platform-independent, so the same data and parameters give the same records.
 //! (The gaps use `f64::ln`, which is not guaranteed to round identically on every platform; a
 //! last-bit difference could move one timestamp by a millisecond in rare cases.)
@@ -72,6 +79,7 @@ pub enum DriftKind {
     Abrupt,
     Gradual,
     Prior,
+    Concept,
 }
 
 /// A drift of `kind` from the share `at` of the stream's events on, of strength `size`.
@@ -80,8 +88,9 @@ pub struct Drift {
     pub kind: DriftKind,
     /// In [0, 1): the drift starts at event ⌊at·total⌋.
     pub at: f64,
-    /// The strength, positive: feature standard deviations (`abrupt`, `gradual`), or the
-    /// growth of the odds of a positive minus one (`prior`).
+    /// The strength, positive: feature standard deviations (`abrupt`, `gradual`), the
+    /// growth of the odds of a positive minus one (`prior`), or the probability that an
+    /// event of the region has its label flipped (`concept`, at most 1).
     pub size: f64,
 }
 
@@ -103,6 +112,8 @@ pub enum MakeError {
     BadDriftPoint(f64),
     #[error("--drift-size must be a positive number, got {0}")]
     BadDriftSize(f64),
+    #[error("--drift-size is the probability of a flip for --drift concept: in (0, 1], got {0}")]
+    BadFlipProbability(f64),
 }
 
 impl MakeParams {
@@ -131,6 +142,9 @@ impl MakeParams {
             if !(d.size > 0.0 && d.size.is_finite()) {
                 return Err(MakeError::BadDriftSize(d.size));
             }
+            if d.kind == DriftKind::Concept && d.size > 1.0 {
+                return Err(MakeError::BadFlipProbability(d.size));
+            }
         }
         if self.start_ms < 0 {
             return Err(MakeError::BadStart(self.start_ms));
@@ -152,6 +166,8 @@ pub struct StreamMaker<'a> {
     feature_sd: Vec<f64>,
     /// The first drifted event's index.
     drift_start: usize,
+    /// `concept`: the region's feature and the median it must exceed.
+    region: Option<(usize, f64)>,
     /// This cycle's (row, channel) pairs in emission order, and the position in it.
     cycle: Vec<(usize, Channel)>,
     at: usize,
@@ -178,9 +194,13 @@ impl<'a> StreamMaker<'a> {
         let mut drift_rng = ChaCha8Rng::seed_from_u64(params.seed);
         drift_rng.set_stream(2);
         let total = params.events.unwrap_or(data.len());
-        let shifts = params
+        let shifts = params.drift.is_some_and(|d| {
+            matches!(d.kind, DriftKind::Abrupt | DriftKind::Gradual) && !data.rows.is_sparse()
+        });
+        let region = params
             .drift
-            .is_some_and(|d| d.kind != DriftKind::Prior && !data.rows.is_sparse());
+            .filter(|d| d.kind == DriftKind::Concept)
+            .and_then(|_| concept_region(data));
         let feature_sd = if shifts { feature_sd(data) } else { Vec::new() };
         let drift_start = params
             .drift
@@ -195,6 +215,7 @@ impl<'a> StreamMaker<'a> {
             drift_rng,
             feature_sd,
             drift_start,
+            region,
             cycle: Vec::new(),
             at: 0,
             cycle_no: 0,
@@ -244,14 +265,20 @@ impl<'a> StreamMaker<'a> {
                     let span = (self.total - self.drift_start) as f64;
                     d.size * (index - self.drift_start) as f64 / span
                 }
-                DriftKind::Prior => 0.0,
+                DriftKind::Prior | DriftKind::Concept => 0.0,
             },
             _ => 0.0,
         }
     }
 
-    /// Event number `index`, of `row`.
-    fn event(&self, row: usize, ts: i64, index: usize) -> Event {
+    /// Whether `row` lies in the `concept` drift's region.
+    fn in_region(&self, row: usize) -> bool {
+        self.region
+            .is_some_and(|(j, median)| feature_value(self.data, row, j) > median)
+    }
+
+    /// Event number `index`, of `row`, whose label is `label`.
+    fn event(&self, row: usize, ts: i64, index: usize, label: Label) -> Event {
         let shift = self.shift(index);
         let x = match self.data.rows.row(row) {
             RowRef::Dense(x) if shift > 0.0 => Features::Dense(
@@ -268,7 +295,7 @@ impl<'a> StreamMaker<'a> {
             },
         };
         let mut meta = Map::new();
-        meta.insert("label".into(), json!(self.data.labels[row].code()));
+        meta.insert("label".into(), json!(label.code()));
         if self.params.drift.is_some() && index >= self.drift_start {
             meta.insert("drifted".into(), json!(true));
         }
@@ -298,7 +325,7 @@ impl Iterator for StreamMaker<'_> {
             }
             _ => 0.0,
         };
-        let (row, channel) = loop {
+        let (row, mut channel) = loop {
             if self.at == self.cycle.len() {
                 // Every cycle after the first gets fresh ids.
                 if !self.cycle.is_empty() {
@@ -315,8 +342,35 @@ impl Iterator for StreamMaker<'_> {
         };
         let index = self.made;
         self.made += 1;
+        let mut label = self.data.labels[row];
+        let flip = match self.params.drift {
+            Some(d) if d.kind == DriftKind::Concept && index >= self.drift_start => {
+                self.in_region(row) && self.drift_rng.gen::<f64>() < d.size
+            }
+            _ => false,
+        };
+        if flip {
+            let (to, fraction, flipped) = match label {
+                Label::Positive => (
+                    Channel::Negative,
+                    self.params.negative_feedback_fraction,
+                    Label::Negative,
+                ),
+                _ => (
+                    Channel::Positive,
+                    self.params.pu_labeled_fraction,
+                    Label::Positive,
+                ),
+            };
+            label = flipped;
+            channel = if self.drift_rng.gen::<f64>() < fraction {
+                to
+            } else {
+                Channel::Unlabeled
+            };
+        }
         let ts = self.params.start_ms + (self.seconds * 1000.0).floor() as i64;
-        let event = self.event(row, ts, index);
+        let event = self.event(row, ts, index, label);
         // An event of strings, integers and finite floats always serialises.
         let payload = serde_json::to_vec(&event).unwrap_or_default();
         Some(Record::new(channel, ts, Some(event.id), payload))
@@ -330,6 +384,33 @@ impl Iterator for StreamMaker<'_> {
 
 /// Per feature, the standard deviation of its values over `data` (dense rows; 1 where a
 /// feature is constant, so a shift still moves it).
+/// Feature `j` of `row` (0 where a sparse row stores nothing).
+fn feature_value(data: &Dataset, row: usize, j: usize) -> f64 {
+    match data.rows.row(row) {
+        RowRef::Dense(x) => x.get(j).copied().unwrap_or(0.0),
+        RowRef::Sparse { indices, values } => indices
+            .iter()
+            .position(|&i| i as usize == j)
+            .map_or(0.0, |k| values[k]),
+    }
+}
+
+/// The `concept` drift's region: the feature whose median splits the rows most evenly (rows
+/// strictly above it against the rest), with that median; `None` if no feature splits them.
+fn concept_region(data: &Dataset) -> Option<(usize, f64)> {
+    let n = data.len();
+    (0..data.rows.n_features())
+        .filter_map(|j| {
+            let mut values: Vec<f64> = (0..n).map(|i| feature_value(data, i, j)).collect();
+            values.sort_by(f64::total_cmp);
+            let median = values[n / 2];
+            let above = values.iter().filter(|&&v| v > median).count();
+            (above > 0).then(|| (above.abs_diff(n / 2), j, median))
+        })
+        .min_by_key(|&(imbalance, j, _)| (imbalance, j))
+        .map(|(_, j, median)| (j, median))
+}
+
 fn feature_sd(data: &Dataset) -> Vec<f64> {
     let (n, d) = (data.len() as f64, data.rows.n_features());
     let (mut sum, mut sum_sq) = (vec![0.0; d], vec![0.0; d]);
@@ -485,6 +566,45 @@ mod tests {
                 .collect::<Vec<_>>(),
             events.iter().map(|(e, _)| e.id.clone()).collect::<Vec<_>>()
         );
+    }
+
+    /// `concept` flips the labels in the region (feature 0 above its median: rows 201..399,
+    /// all negatives here) from the drift point on, and only there; features stay; a flipped
+    /// event's channel follows its new label; a flip probability above 1 is refused.
+    #[test]
+    fn a_concept_drift_flips_the_labels_of_its_region_only() {
+        let data = data(100, 300);
+        assert_eq!(concept_region(&data), Some((0, 2000.0)));
+        let drift = Drift {
+            kind: DriftKind::Concept,
+            at: 0.5,
+            size: 1.0,
+        };
+        let events = drifted_events(&data, drift, 2000);
+        for (i, (e, channel)) in events.iter().enumerate() {
+            let (row, x0) = row_and_x0(e);
+            assert_eq!(x0, row as f64 * 10.0, "features unchanged");
+            let label = &e.meta.as_ref().unwrap()["label"];
+            let original = if row < 100 { 1 } else { -1 };
+            let flipped = i >= 1000 && row > 200;
+            assert_eq!(*label, if flipped { -original } else { original }, "{e:?}");
+            if flipped {
+                assert_ne!(*channel, Channel::Negative, "{e:?}");
+            }
+        }
+        let flipped_positives = events[1000..]
+            .iter()
+            .filter(|(e, c)| row_and_x0(e).0 > 200 && *c == Channel::Positive)
+            .count();
+        assert!(flipped_positives > 0);
+        let p = MakeParams {
+            drift: Some(Drift { size: 1.5, ..drift }),
+            ..params()
+        };
+        assert!(matches!(
+            StreamMaker::new(&data, &p),
+            Err(MakeError::BadFlipProbability(_))
+        ));
     }
 
     fn count(records: &[Record], channel: Channel) -> usize {
