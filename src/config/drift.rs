@@ -2,10 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Drift detection on the unlabeled events' scores: a two-sample Kolmogorov–Smirnov test
-/// between the active model's reference scores (its held-out unlabeled events at training,
-/// else its first `window` unlabeled scores) and its latest `window` scores (README, "How the
-/// daemon works", step 8).
+/// Drift detection (README, "How the daemon works", step 8): on the unlabeled events' scores,
+/// a two-sample Kolmogorov–Smirnov test between the active model's reference scores (its
+/// held-out unlabeled events at training, else its first `window` unlabeled scores) and its
+/// latest `window` scores; on the negative feedback, the share of the newest `window` unseen
+/// negatives its threshold flags, against τ.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriftConfig {
@@ -13,11 +14,12 @@ pub struct DriftConfig {
     /// early retrain and restarts the fresh-threshold count.
     #[serde(default = "default_enabled")]
     pub enabled: bool,
-    /// Scores in the reference and in the recent sample. Keep it below the unlabeled events
-    /// between two retrains: a swap restarts both samples.
+    /// Scores in the reference and in the recent sample, and negatives in the feedback test.
+    /// Keep it below the unlabeled events between two retrains: a swap restarts the samples.
     #[serde(default = "default_window")]
     pub window: usize,
-    /// Test after this many new unlabeled scores (once both samples are full).
+    /// Test after this many new unlabeled scores (once both samples are full), and the
+    /// feedback after this many new negatives.
     #[serde(default = "default_every")]
     pub every: usize,
     /// A test whose p-value is below this is a detection. Small, because the test runs every

@@ -204,6 +204,11 @@ pub struct Engine {
     drift: Option<ScoreDrift>,
     /// A drift was detected and neither a swap nor a fresh threshold followed yet.
     certificate_stale: bool,
+    /// New negative-feedback events since the last `feedback` drift test.
+    feedback_since_test: usize,
+    /// After a `feedback` detection: fresh thresholds use only events from this event time
+    /// on, the change's start as the detection window saw it.
+    calibration_since: Option<i64>,
     last_retrain_ts: Option<i64>,
     newest_ts: Option<i64>,
     learner: Option<Learner>,
@@ -311,6 +316,8 @@ impl Engine {
             early_retrain: false,
             drift,
             certificate_stale: false,
+            feedback_since_test: 0,
+            calibration_since: None,
             last_retrain_ts: None,
             newest_ts: None,
             learner: None,
@@ -499,6 +506,74 @@ impl Engine {
         self.positives_since_calibration = 0;
     }
 
+    /// The `feedback` drift signal: every `drift.every` new negative-feedback events, the
+    /// share of the newest `drift.window` negatives in the window that the active model never
+    /// trained on that its threshold flags, against τ: P(Bin(n, τ) ≥ flagged) below `drift.p_value` is a detection. The
+    /// negatives are scored by the active model at the test, so a swap or a fresh threshold
+    /// is judged at once; a fresh threshold over a long window that the newest negatives
+    /// exceed is what a concept change looks like (the unlabeled scores do not move when only
+    /// P(y | x) does). A detection recalibrates at once on the negatives from the tested
+    /// ones' oldest event time on.
+    fn test_feedback(&mut self) {
+        let config = &self.config.drift;
+        if !config.enabled {
+            return;
+        }
+        self.feedback_since_test += 1;
+        if self.feedback_since_test < config.every {
+            return;
+        }
+        self.feedback_since_test = 0;
+        let Some(model) = self.registry.active() else {
+            return;
+        };
+        let Some(t) = model.model.threshold() else {
+            return;
+        };
+        // Negatives the model trained on score low; only unseen ones test the threshold.
+        let trained_at = model.meta.trained_at_ms;
+        let trains_on_negatives = !matches!(model.model, Model::Usmo(_));
+        let newest: Vec<&Entry> = self.windows[channel_index(Channel::Negative)]
+            .newest_first()
+            .filter(|e| self.unseen(e, trained_at, trains_on_negatives))
+            .take(config.window)
+            .collect();
+        if newest.len() < config.window {
+            return;
+        }
+        let n_features = model.model.n_features();
+        let Ok(rows) = features_to_rows(newest.iter().map(|e| &e.x), n_features) else {
+            return;
+        };
+        let mut scores = vec![0.0; newest.len()];
+        model.model.score_batch(&rows, &mut scores);
+        let flagged = scores.iter().filter(|&&s| t.is_positive(s)).count();
+        let n = scores.len();
+        let p_value = binomial_upper_tail(n, flagged, self.config.model.tau);
+        if p_value >= config.p_value {
+            return;
+        }
+        let since = newest.iter().map(|e| e.ts).min();
+        tracing::warn!(
+            version = model.meta.version,
+            threshold_version = model.threshold_version,
+            negatives = n,
+            flagged,
+            p_value,
+            "drift detected on the negative feedback: the threshold flags more than tau of the newest negatives; recalibrating on them"
+        );
+        self.metrics
+            .drift_detected
+            .with_label_values(&["feedback"])
+            .inc();
+        self.set_stale(true);
+        self.early_retrain = true;
+        self.calibration_since = since;
+        if self.config.recalibrate.enabled {
+            self.recalibrate();
+        }
+    }
+
     fn set_stale(&mut self, stale: bool) {
         self.certificate_stale = stale;
         self.metrics.certificate_stale.set(i64::from(stale));
@@ -517,6 +592,9 @@ impl Engine {
     /// pu-umbrella threshold, positives) the active model gets a fresh threshold
     /// ([`Engine::recalibrate`]).
     fn note_feedback(&mut self, channel: Channel) {
+        if channel == Channel::Negative {
+            self.test_feedback();
+        }
         if !self.config.recalibrate.enabled {
             return;
         }
@@ -585,10 +663,13 @@ impl Engine {
         let window = self.config.recalibrate.window;
         // The newest `window` events of a channel the model never trained on (`fresh`), or the
         // newest it did train on (the PU candidates' source), newest first.
+        let since = self.calibration_since.unwrap_or(i64::MIN);
         let newest = |channel: Channel, trains_on_it: bool, fresh: bool| -> Vec<&Entry> {
             self.windows[channel_index(channel)]
                 .newest_first()
-                .filter(|e| self.unseen(e, trained_at, trains_on_it) == fresh)
+                .filter(|e| {
+                    self.unseen(e, trained_at, trains_on_it) == fresh && (!fresh || e.ts >= since)
+                })
                 .take(window)
                 .collect()
         };
@@ -2053,6 +2134,51 @@ mod tests {
         assert!(recalibrations(&e, "flags_nothing") >= 1);
         let retrained = registry.active().expect("model");
         assert!(retrained.meta.version > version, "an early retrain ran");
+    }
+
+    /// Negative feedback that the active threshold flags far above τ (unlabeled events, a
+    /// third of them spam, relabelled as negatives) is a `feedback` drift: detected within a
+    /// few tests, and the fresh threshold it triggers is calibrated on the negatives from the
+    /// tested window's start on only, not on the long `recalibrate.window`.
+    #[test]
+    fn feedback_above_tau_is_a_drift_and_recalibrates_on_the_newest_negatives() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let extra =
+            "[recalibrate]\nwindow = 1000\nevery = 1000\n[drift]\nwindow = 100\nevery = 20\n";
+        let (mut e, registry) = engine_with(dir.path(), extra, Box::new(Discard));
+        let version = feed_until_first_model(&mut e, &registry);
+        e.config.retrain.every_events = 1_000_000;
+        e.config.retrain.min_positive = usize::MAX;
+        let first = registry.active().expect("model");
+        let drifted = relabelled_as_negatives(
+            &e,
+            Channel::Unlabeled,
+            first.meta.trained_at_ms,
+            300,
+            "drift",
+        );
+        let detections = |e: &Engine| {
+            e.metrics
+                .drift_detected
+                .with_label_values(&["feedback"])
+                .get()
+        };
+        let fired_after = drifted.iter().position(|(record, _)| {
+            e.handle(record).expect("handled");
+            detections(&e) > 0
+        });
+        let fired_after = fired_after.expect("the feedback drift is detected") + 1;
+        assert!(fired_after <= 200, "after {fired_after} negatives");
+        let active = registry.active().expect("model");
+        assert_eq!(active.meta.version, version);
+        assert_eq!(active.threshold_version, 1, "recalibrated at the detection");
+        let t = active.model.threshold().expect("threshold");
+        assert!(
+            t.calibration_negatives <= 100,
+            "only the tested window's negatives calibrate: {t:?}"
+        );
+        assert!(t.threshold > first.model.threshold().expect("threshold").threshold);
+        assert_eq!(e.metrics.certificate_stale.get(), 0, "fresh again");
     }
 
     /// A pu-umbrella model gets fresh thresholds from the newest positives and unlabeled
