@@ -177,6 +177,12 @@ pub struct StreamMakeArgs {
     /// Total events, cycling the rows with fresh ids (default: each row once).
     #[arg(long)]
     pub events: Option<usize>,
+    /// Supervised feedback: the events drawn for `positive` (share F) or `negative` (share
+    /// G) go to `unlabeled` (they are scored) and a copy with the same id follows on their
+    /// labelled channel MS later. --pu-labeled-fraction 1 --negative-feedback-fraction 1 gives
+    /// every event its label after it was scored.
+    #[arg(allow_negative_numbers = true, long, value_name = "MS")]
+    pub feedback_delay_ms: Option<i64>,
     /// Time of the first event, epoch ms (default 2026-01-01T00:00:00Z).
     #[arg(allow_negative_numbers = true, long, default_value_t = crate::stream::make::DEFAULT_START_MS)]
     pub start_ms: i64,

@@ -42,6 +42,7 @@ pub fn make(args: &StreamMakeArgs) -> Result<(), CliError> {
             at: args.at,
             size: args.drift_size,
         }),
+        feedback_delay_ms: args.feedback_delay_ms,
     };
     let maker = StreamMaker::new(&data, &params).map_err(|e| make_error(&args.data, e))?;
     let mut channels: BTreeMap<Channel, usize> = Channel::ALL.iter().map(|&c| (c, 0)).collect();

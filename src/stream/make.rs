@@ -36,6 +36,11 @@
 //!
 //! Events from the drift point on carry `meta.drifted = true`.
 //!
+//! Supervised feedback (`feedback_delay_ms`): an event drawn for `positive` or `negative` is
+//! sent to `unlabeled` instead (so the daemon scores it) and a copy with the same payload
+//! follows on its labelled channel that many ms later, the way labels reach a real pipeline.
+//! Records stay in time order; `total` counts events, not copies.
+//!
 //! Determinism: the channel draws and the shuffles come from ChaCha8 stream 0 of the seed, the
 //! gaps from stream 1, the `prior` drift's skips and the `concept` drift's flips and channels
 //! from stream 2; `rand`'s `sample` and
@@ -71,6 +76,11 @@ pub struct MakeParams {
     pub start_ms: i64,
     /// A drift from some point of the stream on (see the module docs).
     pub drift: Option<Drift>,
+    /// Supervised feedback: an event drawn for `positive` or `negative` goes to `unlabeled`
+    /// (it is scored) and a copy of it (same payload) to its labelled channel this many ms
+    /// later, as a pipeline's label arriving after the event. `None`: each event goes to one
+    /// channel.
+    pub feedback_delay_ms: Option<i64>,
 }
 
 /// What changes at the drift point.
@@ -114,6 +124,8 @@ pub enum MakeError {
     BadDriftSize(f64),
     #[error("--drift-size is the probability of a flip for --drift concept: in (0, 1], got {0}")]
     BadFlipProbability(f64),
+    #[error("--feedback-delay-ms must be ≥ 0, got {0}")]
+    BadFeedbackDelay(i64),
 }
 
 impl MakeParams {
@@ -146,6 +158,9 @@ impl MakeParams {
                 return Err(MakeError::BadFlipProbability(d.size));
             }
         }
+        if let Some(d) = self.feedback_delay_ms.filter(|&d| d < 0) {
+            return Err(MakeError::BadFeedbackDelay(d));
+        }
         if self.start_ms < 0 {
             return Err(MakeError::BadStart(self.start_ms));
         }
@@ -175,6 +190,9 @@ pub struct StreamMaker<'a> {
     made: usize,
     total: usize,
     seconds: f64,
+    /// With `feedback_delay_ms`: the next event, and the labelled copies not yet due.
+    lookahead: Option<Record>,
+    copies: std::collections::VecDeque<Record>,
 }
 
 impl<'a> StreamMaker<'a> {
@@ -222,6 +240,8 @@ impl<'a> StreamMaker<'a> {
             made: 0,
             total,
             seconds: 0.0,
+            lookahead: None,
+            copies: std::collections::VecDeque::new(),
         })
     }
 
@@ -311,7 +331,46 @@ impl<'a> StreamMaker<'a> {
 impl Iterator for StreamMaker<'_> {
     type Item = Record;
 
+    /// The next record: the next event, or with `feedback_delay_ms` whichever of the next
+    /// event and the oldest pending labelled copy comes first in time (a copy first on a tie),
+    /// so record times never decrease.
     fn next(&mut self) -> Option<Record> {
+        let Some(delay) = self.params.feedback_delay_ms else {
+            return self.next_event();
+        };
+        if self.lookahead.is_none() {
+            self.lookahead = self.next_event();
+        }
+        let copy_due = match (self.copies.front(), &self.lookahead) {
+            (Some(copy), Some(event)) => copy.ts <= event.ts,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if copy_due {
+            return self.copies.pop_front();
+        }
+        let mut event = self.lookahead.take()?;
+        if event.channel != Channel::Unlabeled {
+            let mut copy = event.clone();
+            copy.ts = event.ts.saturating_add(delay);
+            self.copies.push_back(copy);
+            event.channel = Channel::Unlabeled;
+        }
+        Some(event)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.total - self.made;
+        match self.params.feedback_delay_ms {
+            None => (left, Some(left)),
+            Some(_) => (left + self.copies.len(), None),
+        }
+    }
+}
+
+impl StreamMaker<'_> {
+    /// The next event on the channel its draw gave it.
+    fn next_event(&mut self) -> Option<Record> {
         if self.made == self.total {
             return None;
         }
@@ -374,11 +433,6 @@ impl Iterator for StreamMaker<'_> {
         // An event of strings, integers and finite floats always serialises.
         let payload = serde_json::to_vec(&event).unwrap_or_default();
         Some(Record::new(channel, ts, Some(event.id), payload))
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.total - self.made;
-        (left, Some(left))
     }
 }
 
@@ -471,6 +525,7 @@ mod tests {
             events: None,
             start_ms: DEFAULT_START_MS,
             drift: None,
+            feedback_delay_ms: None,
         }
     }
 
@@ -604,6 +659,50 @@ mod tests {
         assert!(matches!(
             StreamMaker::new(&data, &p),
             Err(MakeError::BadFlipProbability(_))
+        ));
+    }
+
+    /// Supervised feedback: every event is on `unlabeled`, in the same order and with the
+    /// same bytes as its draw; each event drawn for a labelled channel is followed by a copy
+    /// there `delay` ms later; record times never decrease; a negative delay is refused.
+    #[test]
+    fn labelled_copies_follow_their_events_after_the_delay() {
+        let data = data(100, 300);
+        let plain: Vec<Record> = StreamMaker::new(&data, &params()).unwrap().collect();
+        let p = MakeParams {
+            feedback_delay_ms: Some(5000),
+            ..params()
+        };
+        let supervised: Vec<Record> = StreamMaker::new(&data, &p).unwrap().collect();
+        let labelled = plain
+            .iter()
+            .filter(|r| r.channel != Channel::Unlabeled)
+            .count();
+        assert!(labelled > 0);
+        assert_eq!(supervised.len(), plain.len() + labelled);
+        let unlabeled: Vec<&Record> = supervised
+            .iter()
+            .filter(|r| r.channel == Channel::Unlabeled)
+            .collect();
+        assert_eq!(unlabeled.len(), plain.len());
+        for (u, r) in unlabeled.iter().zip(&plain) {
+            assert_eq!((&u.payload, u.ts), (&r.payload, r.ts));
+        }
+        for r in plain.iter().filter(|r| r.channel != Channel::Unlabeled) {
+            let copy = supervised
+                .iter()
+                .find(|c| c.channel == r.channel && c.key == r.key)
+                .expect("a labelled copy");
+            assert_eq!((copy.ts, &copy.payload), (r.ts + 5000, &r.payload));
+        }
+        assert!(supervised.windows(2).all(|w| w[0].ts <= w[1].ts));
+        let bad = MakeParams {
+            feedback_delay_ms: Some(-1),
+            ..params()
+        };
+        assert!(matches!(
+            StreamMaker::new(&data, &bad),
+            Err(MakeError::BadFeedbackDelay(-1))
         ));
     }
 
