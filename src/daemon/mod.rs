@@ -145,15 +145,7 @@ impl Summary {
                 .map(|channel| metrics.events.with_label_values(&[channel, outcome]).get())
                 .sum()
         };
-        let family_sum = |family: &prometheus::IntCounterVec| -> u64 {
-            use prometheus::core::Collector;
-            family
-                .collect()
-                .iter()
-                .flat_map(|f| f.get_metric())
-                .map(|m| m.get_counter().get_value() as u64)
-                .sum()
-        };
+        let family_sum = |family| label_counts(family).values().sum();
         let retrains = |result: &str| metrics.retrains.with_label_values(&[result]).get();
         Summary {
             scored: events("scored"),

@@ -533,20 +533,19 @@ impl Engine {
         // Negatives the model trained on score low; only unseen ones test the threshold.
         let trained_at = model.meta.trained_at_ms;
         let trains_on_negatives = !matches!(model.model, Model::Usmo(_));
-        let newest: Vec<&Entry> = self.windows[channel_index(Channel::Negative)]
-            .newest_first()
-            .filter(|e| self.unseen(e, trained_at, trains_on_negatives))
-            .take(config.window)
-            .collect();
+        let newest = self.newest(
+            Channel::Negative,
+            (trained_at, trains_on_negatives),
+            true,
+            i64::MIN,
+            config.window,
+        );
         if newest.len() < config.window {
             return;
         }
-        let n_features = model.model.n_features();
-        let Ok(rows) = features_to_rows(newest.iter().map(|e| &e.x), n_features) else {
+        let Some(scores) = score_entries(&model.model, &newest) else {
             return;
         };
-        let mut scores = vec![0.0; newest.len()];
-        model.model.score_batch(&rows, &mut scores);
         let flagged = scores.iter().filter(|&&s| t.is_positive(s)).count();
         let n = scores.len();
         let p_value = binomial_upper_tail(n, flagged, self.config.model.tau);
@@ -635,6 +634,26 @@ impl Engine {
         copy_unseen && (entry.ts > trained_at_ms || !trains_on_it)
     }
 
+    /// The newest `limit` events of `channel` from event time `since` on that a model trained
+    /// at `trained` (its time, and whether it trains on this channel) never trained on
+    /// (`fresh`), or did train on, newest first.
+    fn newest(
+        &self,
+        channel: Channel,
+        (trained_at, trains_on_it): (i64, bool),
+        fresh: bool,
+        since: i64,
+        limit: usize,
+    ) -> Vec<&Entry> {
+        self.windows[channel_index(channel)]
+            .newest_first()
+            .filter(|e| {
+                self.unseen(e, trained_at, trains_on_it) == fresh && (!fresh || e.ts >= since)
+            })
+            .take(limit)
+            .collect()
+    }
+
     /// A fresh threshold for the active model (docs/certificates.md §6): the umbrella
     /// threshold over the newest `recalibrate.window` negative-feedback events it never
     /// trained on, scored by it now, with the TPR estimated on the newest unseen positives.
@@ -664,22 +683,10 @@ impl Engine {
         // The newest `window` events of a channel the model never trained on (`fresh`), or the
         // newest it did train on (the PU candidates' source), newest first.
         let since = self.calibration_since.unwrap_or(i64::MIN);
-        let newest = |channel: Channel, trains_on_it: bool, fresh: bool| -> Vec<&Entry> {
-            self.windows[channel_index(channel)]
-                .newest_first()
-                .filter(|e| {
-                    self.unseen(e, trained_at, trains_on_it) == fresh && (!fresh || e.ts >= since)
-                })
-                .take(window)
-                .collect()
+        let newest = |channel: Channel, trains_on_it: bool, fresh: bool| {
+            self.newest(channel, (trained_at, trains_on_it), fresh, since, window)
         };
-        let n_features = active.model.n_features();
-        let score = |entries: &[&Entry]| -> Option<Vec<f64>> {
-            let rows = features_to_rows(entries.iter().map(|e| &e.x), n_features).ok()?;
-            let mut scores = vec![0.0; entries.len()];
-            active.model.score_batch(&rows, &mut scores);
-            Some(scores)
-        };
+        let score = |entries: &[&Entry]| score_entries(&active.model, entries);
         let negatives = newest(Channel::Negative, !usmo, true);
         let fresh_positives = newest(Channel::Positive, true, true);
         let (tau, delta) = (self.config.model.tau, self.config.model.delta);
@@ -1592,6 +1599,14 @@ impl RetrainJob {
         )?;
         Ok((fit, Some(t), prior, algorithm))
     }
+}
+
+/// `model`'s scores on window `entries`; `None` if their features do not stack into rows.
+fn score_entries(model: &Model, entries: &[&Entry]) -> Option<Vec<f64>> {
+    let rows = features_to_rows(entries.iter().map(|e| &e.x), model.n_features()).ok()?;
+    let mut scores = vec![0.0; entries.len()];
+    model.score_batch(&rows, &mut scores);
+    Some(scores)
 }
 
 /// `model`'s scores on the newest `limit` held-out unlabeled events of `snapshot`, in event
