@@ -9,7 +9,8 @@
 //!   features) and its projection onto Γ_k ([`learn::projection`]), the cost-sensitive linear
 //!   SVM baseline ([`learn::linsvm`]), false-positive thresholds on score arrays
 //!   ([`learn::threshold`]), which rows train and which calibrate ([`learn::calibrate`]),
-//!   hyper-parameter choice by cross-validation ([`learn::tune`]), evaluation metrics
+//!   hyper-parameter choice by cross-validation ([`learn::tune`]), τ-FPL's ranking depth
+//!   chosen on held-back training rows ([`learn::rank_tau`]), evaluation metrics
 //!   ([`learn::metrics`]), bounds on the positive share of unlabeled data ([`learn::prior`]),
 //!   the model type, the [`learn::Scorer`] trait and the model file layout ([`learn::model`]),
 //!   and the one learner spec that every front end maps its

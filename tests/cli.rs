@@ -1896,3 +1896,84 @@ fn threshold_none_trains_a_ranking_only_model_and_eval_refuses_it() {
     assert_eq!(eval.code, 2, "{}", eval.stderr);
     assert!(eval.one_error_line().contains("--threshold none"));
 }
+
+/// pima at τ = 5 %: ranking at τ the exact τ-FPL optimum is w = 0 (reported degenerate, a
+/// constant that certifies nothing useful); the default `--rank-tau auto` searches τ, 2τ, … 0.5
+/// on held-back training rows and trains a scorer that flags positives at a certified FPR.
+#[test]
+fn train_rank_tau_auto_leaves_a_depth_with_a_constant_optimum() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let train = |extra: &[&str]| {
+        let out = dir.path().join("m.model");
+        let mut args = vec![
+            "train",
+            "--algo",
+            "tfpl",
+            "--data",
+            PIMA,
+            "--tau",
+            "0.05",
+            "--seed",
+            "1",
+            "--out",
+            s(&out),
+            "--report",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        neyman(&args).ok().json()
+    };
+    let fixed = train(&["--rank-tau", "0.05"]);
+    assert_eq!(fixed["degenerate"], true, "{fixed:?}");
+    assert_eq!(fixed["rank_tau"], 0.05);
+    assert!(fixed.get("rank_tau_search").is_none());
+    let auto = train(&[]);
+    let without_time = |mut report: serde_json::Map<String, Value>| {
+        report.remove("train_seconds");
+        report
+    };
+    assert_eq!(
+        without_time(auto.clone()),
+        without_time(train(&["--rank-tau", "auto"])),
+        "auto is the default"
+    );
+    assert_eq!(auto["degenerate"], false, "{auto:?}");
+    let search = &auto["rank_tau_search"];
+    assert_eq!(search["criterion"], "validation");
+    let tried = search["tried"].as_array().expect("tried");
+    let depths: Vec<f64> = tried
+        .iter()
+        .filter_map(|t| t["rank_tau"].as_f64())
+        .collect();
+    assert_eq!(depths, [0.05, 0.1, 0.2, 0.4, 0.5]);
+    assert_eq!(tried[0]["degenerate"], true);
+    assert_eq!(tried[0]["validation_tpr"], 0.0);
+    let chosen = search["rank_tau"].as_f64().expect("chosen");
+    assert_eq!(auto["rank_tau"].as_f64(), Some(chosen));
+    let best = tried
+        .iter()
+        .filter_map(|t| t["validation_tpr"].as_f64())
+        .fold(0.0, f64::max);
+    let at_chosen = tried
+        .iter()
+        .find(|t| t["rank_tau"].as_f64() == Some(chosen))
+        .expect("chosen depth tried");
+    assert_eq!(at_chosen["validation_tpr"].as_f64(), Some(best));
+    assert!(f64_of(&auto, "fpr_bound") <= 0.05);
+    assert!(f64_of(&auto, "tpr_estimate") > 0.1, "{auto:?}");
+    let bad = neyman(&[
+        "train",
+        "--algo",
+        "tfpl",
+        "--data",
+        PIMA,
+        "--tau",
+        "0.05",
+        "--rank-tau",
+        "deep",
+        "--out",
+        "/dev/null",
+    ]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("auto"), "{}", bad.stderr);
+}

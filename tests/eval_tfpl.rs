@@ -203,6 +203,21 @@ fn json_has_one_row_per_tau_and_method_and_a_plot_per_tau() {
         row(&report, 0.05, "tfpl")["reg_per_split"],
         serde_json::json!([0.1, 0.1, 0.1])
     );
+    // The default ranking depth is `auto`: chosen per split from τ, 2τ, … 0.5.
+    for tau in [0.05, 0.1] {
+        let r = row(&report, tau, "tfpl");
+        assert_eq!(r["rank_tau"], "auto");
+        let depths = r["rank_tau_per_split"].as_array().expect("depths").clone();
+        assert_eq!(depths.len(), 3);
+        for d in depths {
+            let d = d.as_f64().expect("a depth");
+            let doublings = (d / tau).log2();
+            assert!(
+                d == 0.5 || (doublings - doublings.round()).abs() < 1e-9,
+                "τ {tau}: depth {d}"
+            );
+        }
+    }
     let cs = row(&report, 0.1, "cs-svm-oob");
     assert_eq!(cs["c_per_split"].as_array().map(Vec::len), Some(3));
     assert_eq!(cs["cost_ratio_per_split"].as_array().map(Vec::len), Some(3));
@@ -530,7 +545,8 @@ fn usmo_pu_umbrella_takes_the_prior_from_the_interval() {
 }
 
 /// Table 3, heart (120/150, d = 13), τ-FPL with the paper's protocol: 30 stratified hold-outs,
-/// R by 5-fold CV of criterion (3), OOB thresholds minimising the NP-score.
+/// ranking at τ (`--rank-tau`; the default `auto` may rank deeper), R by 5-fold CV of
+/// criterion (3), OOB thresholds minimising the NP-score.
 #[test]
 fn heart_matches_the_papers_tau_fpl_cells() {
     let report = eval_json(&[
@@ -539,6 +555,8 @@ fn heart_matches_the_papers_tau_fpl_cells() {
         "--data",
         HEART,
         "--tau",
+        "0.05,0.1",
+        "--rank-tau",
         "0.05,0.1",
         "--repeats",
         "30",
@@ -562,6 +580,8 @@ fn breast_cancer_matches_the_papers_tau_fpl_cells() {
         "--data",
         BREAST,
         "--tau",
+        "0.01,0.05,0.1",
+        "--rank-tau",
         "0.01,0.05,0.1",
         "--repeats",
         "30",
@@ -588,6 +608,8 @@ fn spambase_matches_the_papers_tau_fpl_cells() {
         "--data",
         SPAMBASE,
         "--tau",
+        "0.005,0.01,0.05,0.1",
+        "--rank-tau",
         "0.005,0.01,0.05,0.1",
         "--repeats",
         "30",

@@ -10,7 +10,7 @@ pub use crate::config::{AlgorithmName, KernelName, OobRuleName, ScaleName, Thres
 use crate::data::{Format, ReadOptions};
 use crate::learn::metrics::F1Class;
 use crate::learn::spec::{
-    AlgorithmSpec, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, SolverLimits, TfplSpec,
+    AlgorithmSpec, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, SolverLimits, TfplSpec,
     ThresholdSettings, UsmoSpec,
 };
 use crate::learn::tfpl::TfplSolver;
@@ -483,9 +483,12 @@ pub struct ThresholdArgs {
     /// it adds a calibrated threshold to the model.
     #[arg(allow_negative_numbers = true, long)]
     pub tau: Option<f64>,
-    /// tfpl: the τ used for ranking (k = ⌊τn⌋+1), e.g. 2τ for the paper's "2τ-FPL".
-    #[arg(allow_negative_numbers = true, long)]
-    pub rank_tau: Option<f64>,
+    /// tfpl: the τ used for ranking (k = ⌊τn⌋+1), e.g. 2τ for the paper's "2τ-FPL", or auto
+    /// (the default with a threshold): the depth among τ, 2τ, 4τ, … 0.5 whose scorer, fitted on
+    /// three quarters of the training rows, flags the most of the other quarter's positives at
+    /// FPR ≤ τ there; the report's `rank_tau_search` shows each depth tried.
+    #[arg(allow_negative_numbers = true, long, value_parser = parse_rank_tau)]
+    pub rank_tau: Option<RankTau>,
     /// Threshold method; default umbrella when the data has negatives, else pu-umbrella. none:
     /// no threshold (every row trains; the model only ranks, as without --tau).
     #[arg(long, value_enum)]
@@ -630,9 +633,11 @@ pub struct EvalThresholdArgs {
     /// the Neyman–Pearson protocol of the τ-FPL paper (Table 3) for every τ.
     #[arg(allow_negative_numbers = true, long, value_delimiter = ',')]
     pub tau: Vec<f64>,
-    /// tfpl: the τ used for ranking, one per --tau (e.g. 2τ for the paper's "2τ-FPL").
-    #[arg(allow_negative_numbers = true, long, value_delimiter = ',')]
-    pub rank_tau: Vec<f64>,
+    /// tfpl: the τ used for ranking, one per --tau (e.g. 2τ for the paper's "2τ-FPL"), or auto
+    /// (the default): chosen on each split's training rows as in `train`; the report's
+    /// `rank_tau_per_split` gives the depths used.
+    #[arg(allow_negative_numbers = true, long, value_delimiter = ',', value_parser = parse_rank_tau)]
+    pub rank_tau: Vec<RankTau>,
     /// Threshold method; default oob for tfpl, pu-umbrella for usmo and for tfpl with
     /// --pu-labeled-fraction.
     #[arg(long, value_enum)]
@@ -752,7 +757,7 @@ impl ModelArgs {
 
     pub fn tfpl_spec(&self, reg: f64) -> TfplSpec {
         TfplSpec {
-            rank_tau: None,
+            rank_tau: RankTau::Auto,
             reg,
             solver: self.solver.into(),
             max_gram_bytes: self.max_gram_mb.saturating_mul(1 << 20),
@@ -809,9 +814,10 @@ impl TrainArgs {
         let mut spec = self.model.learner_spec(self.algo, regularisation);
         if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
             // Without a threshold (`--threshold none`) --tau is the rank τ.
-            s.rank_tau = match threshold {
-                Some(_) => self.threshold.rank_tau,
-                None => self.threshold.rank_tau.or(self.threshold.tau),
+            s.rank_tau = match (self.threshold.rank_tau, &threshold) {
+                (Some(given), _) => given,
+                (None, Some(_)) => RankTau::Auto,
+                (None, None) => self.threshold.tau.map_or(RankTau::Auto, RankTau::Value),
             };
         }
         spec.threshold = threshold;
@@ -854,3 +860,13 @@ impl ReadArgs {
 }
 
 pub use crate::config::parse_duration;
+
+/// `--rank-tau`: `auto` or a number (its range is checked where it is used).
+fn parse_rank_tau(text: &str) -> Result<RankTau, String> {
+    if text == "auto" {
+        return Ok(RankTau::Auto);
+    }
+    text.parse::<f64>()
+        .map(RankTau::Value)
+        .map_err(|_| format!("expected a number or \"auto\", got \"{text}\""))
+}

@@ -244,7 +244,6 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     let held_out = spec.held_out(&data)?;
     let (spec, _) = resolve_training_prior(&spec, &data, &held_out, cancel)?;
     let learner = spec.check()?;
-    let algorithm = learner.solver(n_features)?;
     let previous = match &args.warm_start {
         Some(path) => Some(read_model(path)?),
         None => None,
@@ -276,6 +275,10 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         labels: data.labels.clone(),
         ids: data.ids.clone(),
     };
+    let (learner, rank_choice) = with_spinner(args.quiet, "choosing the ranking depth", || {
+        learner.with_rank_tau_chosen(&scaled, &held_out, previous_fit.as_ref(), cancel)
+    })?;
+    let algorithm = learner.solver(n_features)?;
     let (fit, threshold, prior) = with_spinner(args.quiet, "training", || match &spec {
         Some(spec) => algorithm
             .fit_with_held_out(previous_fit.as_ref(), spec, &scaled, &held_out, cancel)
@@ -303,6 +306,15 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         fields.insert("fpr_estimate".into(), json!(t.fpr_estimate));
         fields.insert("tpr_estimate".into(), json!(t.tpr_estimate));
         fields.insert("calibration_size".into(), json!(t.calibration_size()));
+    }
+    if let (Some(choice), Some(fields)) = (&rank_choice, report.as_object_mut()) {
+        fields.insert("rank_tau_search".into(), json!(choice));
+    }
+    // The depth the solver ranked at (for PU data, π + (1 − π)·the searched depth).
+    if let (Some(rank_tau), Some(fields)) =
+        (model.details().get("rank_tau"), report.as_object_mut())
+    {
+        fields.insert("rank_tau".into(), rank_tau.clone());
     }
     if let (Some(b), Some(fields)) = (&prior, report.as_object_mut()) {
         fields.insert("prior_estimate".into(), json!(b.estimate));

@@ -4,7 +4,7 @@
 
 use super::args::EvalArgs;
 use crate::learn::metrics::{f1_for, np_score, roc_auc, tpr_at_fpr, Confusion, F1Class};
-use crate::learn::spec::{PriorAuto, PriorEnd, ThresholdSettings, ThresholdSpec};
+use crate::learn::spec::{PriorAuto, PriorEnd, RankTau, ThresholdSettings, ThresholdSpec};
 use crate::learn::threshold::{npscore_threshold, OobRule, ThresholdMethod};
 
 /// A method evaluated on every split.
@@ -40,7 +40,8 @@ impl Method {
 pub struct Plan<'a> {
     pub args: &'a EvalArgs,
     pub taus: Vec<f64>,
-    pub rank_taus: Vec<f64>,
+    /// tfpl's ranking depth per τ: a number, or `auto` (chosen per split).
+    pub rank_taus: Vec<RankTau>,
     pub methods: Vec<Method>,
     pub folds: usize,
     /// The threshold method of `--algo`.
@@ -80,6 +81,8 @@ pub struct Cell {
     pub threshold_method: &'static str,
     /// R (tfpl), λ (usmo) or C (baselines).
     pub hyper: f64,
+    /// tfpl: the ranking depth it was trained at (chosen on the split with `--rank-tau auto`).
+    pub rank_tau: Option<f64>,
     /// C₊/C₋ of cs-svm-oob.
     pub cost_ratio: Option<f64>,
     /// The certified FPR level of an umbrella threshold.
@@ -140,6 +143,7 @@ impl TestPart<'_> {
             auc: roc_auc(scores, self.truth),
             threshold_method,
             hyper,
+            rank_tau: None,
             cost_ratio: None,
             fpr_bound: None,
             test_scores: scores.to_vec(),

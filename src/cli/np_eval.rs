@@ -71,6 +71,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
+use super::args::DEFAULT_REG;
 use super::args::{AlgorithmName, CompareArg, EvalArgs, ModelArgs, ReportFormat, ThresholdName};
 use super::baselines::svm_cells;
 use super::eval::{choose_lambda, run_repeats, stratified_split, transductive};
@@ -81,8 +82,10 @@ use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::{f1_for, mean_sd, np_score, Confusion, F1Class};
 use crate::learn::prior::training_prior;
+use crate::learn::rank_tau::choose_rank_tau;
 use crate::learn::spec::{
-    tfpl_scaler, training_rows, usmo_scaler, Algorithm, Fit, PriorEnd, ThresholdSpec,
+    tfpl_scaler, training_rows, usmo_scaler, Algorithm, Fit, PriorEnd, RankTau, SpecError,
+    ThresholdSpec,
 };
 use crate::learn::threshold::{calibration_split, OobRule, ThresholdError, ThresholdMethod};
 use crate::learn::tune::{choose_reg, TuneError};
@@ -98,6 +101,9 @@ const CV_TOL: f64 = 1e-4;
 
 /// Mixed into the split seed for the CV folds, so they do not reuse the split's random stream.
 const CV_SALT: u64 = 0xc5_f01d;
+
+/// Mixed into a split's seed for the ranking-depth search's held-back rows.
+const RANK_SALT: u64 = 0x4a_2c7e;
 
 impl From<TuneError> for CliError {
     fn from(e: TuneError) -> CliError {
@@ -171,6 +177,7 @@ fn refusal(test: &TestPart, hyper: f64, method: ThresholdMethod, reason: &Calibr
         auc: None,
         threshold_method: threshold_name(method),
         hyper,
+        rank_tau: None,
         cost_ratio: None,
         fpr_bound: None,
         test_scores: Vec::new(),
@@ -254,6 +261,8 @@ struct Setup {
     algorithm: Algorithm,
     /// R (tfpl) or λ (usmo).
     hyper: f64,
+    /// tfpl's ranking depth.
+    rank_tau: Option<f64>,
     /// The cross-validation's fit at that hyper-parameter: a warm start.
     warm: Option<Fit>,
 }
@@ -283,6 +292,7 @@ impl Setup {
             threshold_name(threshold.method),
             self.hyper,
         );
+        cell.rank_tau = self.rank_tau;
         cell.fpr_bound = threshold.fpr_bound;
         cell.converged = fit.converged();
         Ok(cell)
@@ -310,9 +320,45 @@ fn tfpl_setup(
     cancel: &AtomicBool,
 ) -> Result<Setup, CliError> {
     let args = plan.args;
-    let (tau, rank_tau) = (plan.taus[t], plan.rank_taus[t]);
+    let tau = plan.taus[t];
     let n_features = part.rows.n_features();
     let spec = plan.spec(tau, seed);
+    let kind = args.model.scale.into();
+    // The split does not depend on the ranking depth or R.
+    let prep = Prepared::new(
+        &Algorithm::Tfpl(tfpl_params(&args.model, tau, 1.0, n_features)?),
+        &spec,
+        part,
+        test_rows,
+        |rows| tfpl_scaler(kind, rows),
+    )?;
+    let (spec, _) = prep.with_training_prior(spec, cancel)?;
+    // `auto`: the depth is chosen on the training rows at --reg (else train's default R),
+    // before R's cross-validation, which a constant solution at a too shallow depth would
+    // leave without a signal.
+    let rank_tau = match plan.rank_taus[t] {
+        RankTau::Value(v) => v,
+        RankTau::Auto => {
+            let reg = args.model.reg.unwrap_or(DEFAULT_REG);
+            let train = prep.data.select(&prep.rows);
+            let pu_prior = match train.count(Label::Negative) {
+                0 => spec.prior_interval,
+                _ => None,
+            };
+            let params = tfpl_params(&args.model, tau, reg, n_features)?;
+            choose_rank_tau(
+                &params,
+                tau,
+                &train,
+                pu_prior,
+                None,
+                seed ^ RANK_SALT,
+                cancel,
+            )
+            .map_err(SpecError::from)?
+            .rank_tau
+        }
+    };
     let at = |reg| -> Result<Algorithm, CliError> {
         Ok(Algorithm::Tfpl(tfpl_params(
             &args.model,
@@ -321,15 +367,6 @@ fn tfpl_setup(
             n_features,
         )?))
     };
-    let kind = args.model.scale.into();
-    let prep = Prepared::new(
-        &at(args.model.reg.unwrap_or(1.0))?,
-        &spec,
-        part,
-        test_rows,
-        |rows| tfpl_scaler(kind, rows),
-    )?;
-    let (spec, _) = prep.with_training_prior(spec, cancel)?;
     let (reg, warm) = match args.model.reg {
         Some(reg) => (reg, None),
         None => {
@@ -349,6 +386,7 @@ fn tfpl_setup(
         prep,
         spec,
         hyper: reg,
+        rank_tau: Some(rank_tau),
         warm,
     })
 }
@@ -453,6 +491,7 @@ fn usmo_setup(
         prep,
         spec,
         hyper: lambda,
+        rank_tau: None,
         warm: None,
     })
 }
@@ -630,7 +669,7 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
         return usage(format!("every --tau must be in (0, 1), got {bad}"));
     }
     let rank_taus = match t.rank_tau.len() {
-        0 => t.tau.clone(),
+        0 => vec![RankTau::Auto; t.tau.len()],
         n if n == t.tau.len() => t.rank_tau.clone(),
         n => {
             return usage(format!(
@@ -639,10 +678,18 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
             ))
         }
     };
-    if let Some(bad) = rank_taus.iter().find(|&&r| !(0.0..1.0).contains(&r)) {
+    if let Some(bad) = rank_taus
+        .iter()
+        .filter_map(|r| r.value())
+        .find(|r| !(0.0..1.0).contains(r))
+    {
         return usage(format!("every --rank-tau must be in [0, 1), got {bad}"));
     }
-    if args.algo == AlgorithmName::Usmo && !rank_taus.iter().zip(&t.tau).all(|(a, b)| a == b) {
+    let given = |(r, tau): (&RankTau, &f64)| r.value() == Some(*tau);
+    if args.algo == AlgorithmName::Usmo
+        && !t.rank_tau.is_empty()
+        && !rank_taus.iter().zip(&t.tau).all(given)
+    {
         return usage("--rank-tau is a tfpl flag".into());
     }
     if let Some(f) = args.pu_labeled_fraction {
@@ -723,7 +770,9 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
 /// One result row: a τ and a method over every split.
 struct Summary {
     tau: f64,
-    rank_tau: f64,
+    rank_tau: RankTau,
+    /// tfpl: the depth each split trained at.
+    rank_tau_per_split: Vec<f64>,
     method: Method,
     threshold_method: &'static str,
     fpr: (f64, f64),
@@ -743,7 +792,7 @@ struct Summary {
     converged_share: f64,
 }
 
-fn summarise(tau: f64, rank_tau: f64, method: Method, cells: &[&Cell]) -> Summary {
+fn summarise(tau: f64, rank_tau: RankTau, method: Method, cells: &[&Cell]) -> Summary {
     let pick = |f: &dyn Fn(&Cell) -> f64| cells.iter().map(|c| f(c)).collect::<Vec<f64>>();
     let share = |f: &dyn Fn(&Cell) -> bool| {
         cells.iter().filter(|c| f(c)).count() as f64 / cells.len() as f64
@@ -757,6 +806,7 @@ fn summarise(tau: f64, rank_tau: f64, method: Method, cells: &[&Cell]) -> Summar
     Summary {
         tau,
         rank_tau,
+        rank_tau_per_split: cells.iter().filter_map(|c| c.rank_tau).collect(),
         method,
         threshold_method: cells.first().map_or("", |c| c.threshold_method),
         fpr: mean_sd(&pick(&|c| c.fpr)),
@@ -822,6 +872,9 @@ impl Summary {
                 format!("{}_per_split", self.method.hyper_name()),
                 json!(self.hyper),
             );
+            if !self.rank_tau_per_split.is_empty() {
+                fields.insert("rank_tau_per_split".into(), json!(self.rank_tau_per_split));
+            }
             if !self.cost_ratio.is_empty() {
                 fields.insert("cost_ratio_per_split".into(), json!(self.cost_ratio));
             }
@@ -879,9 +932,10 @@ pub(super) fn np_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliErr
     let n_features = data.rows.n_features();
     match args.algo {
         AlgorithmName::Tfpl => {
-            tfpl_params(&args.model, plan.rank_taus[0], 1.0, n_features)?;
+            let rank_tau = plan.rank_taus[0].value().unwrap_or(plan.taus[0]);
+            tfpl_params(&args.model, rank_tau, 1.0, n_features)?;
             if let Some(reg) = args.model.reg {
-                tfpl_params(&args.model, plan.rank_taus[0], reg, n_features)?;
+                tfpl_params(&args.model, rank_tau, reg, n_features)?;
             }
         }
         AlgorithmName::Usmo => {

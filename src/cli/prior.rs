@@ -16,7 +16,7 @@ use super::args::{AlgorithmName, PriorArgs, ReportFormat, DEFAULT_REG};
 use super::{read_data, CliError};
 use crate::data::{Dataset, Label};
 use crate::learn::prior::{bounds_from_held_out, PriorError};
-use crate::learn::spec::AlgorithmSpec;
+use crate::learn::spec::{AlgorithmSpec, RankTau};
 use crate::learn::threshold::calibration_split;
 
 impl From<PriorError> for CliError {
@@ -72,7 +72,7 @@ pub fn prior(args: &PriorArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     let mut spec = args.model.learner_spec(args.algo, regularisation);
     if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
         // τ-FPL ranks positives against negatives: the unlabeled rows stand in for them.
-        s.rank_tau = Some(args.rank_tau);
+        s.rank_tau = RankTau::Value(args.rank_tau);
     }
     let name = spec.algorithm.name();
     let (bounds, fit) = bounds_from_held_out(

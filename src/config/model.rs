@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::values::HumanDuration;
 use crate::data::ScaleKind;
 use crate::learn::spec::{
-    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, SolverLimits,
+    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, SolverLimits,
     TfplSpec, ThresholdSettings, UsmoSpec,
 };
 use crate::learn::tfpl::TfplSolver;
@@ -124,11 +124,17 @@ pub struct ModelConfig {
     pub prior_anchor: f64,
     /// τ: the target false-positive rate.
     pub tau: f64,
-    /// tfpl: the τ used for ranking (default: `tau`). Trained against the unlabeled window (no
+    /// tfpl: the τ used for ranking (k = ⌊τn⌋ + 1), a number in (0, 1) or `"auto"` (the
+    /// default): the depth among τ, 2τ, 4τ, … ½ whose scorer, fitted on three quarters of the
+    /// training events, flags the most of the other quarter's positives at an FPR ≤ `tau` there
+    /// (never the calibration events). The daemon searches on its first retrain and again when
+    /// the choice stops paying (a refused model, a TPR estimate 0.05 below the search's, a
+    /// drift detection, or every 20 retrains); the choice is in `/v1/model` and the log. With
+    /// `threshold = "none"` the default is `tau`. Trained against the unlabeled window (no
     /// negatives yet), tfpl ranks at π + (1 − π)·rank_tau of it, π the middle of
     /// [prior_min, prior_max]: the unlabeled share an FPR-`rank_tau` threshold leaves above it.
     #[serde(default)]
-    pub rank_tau: Option<f64>,
+    pub rank_tau: Option<RankTau>,
     /// δ: the allowed probability that the true FPR exceeds τ.
     #[serde(default = "default_delta")]
     pub delta: f64,
@@ -205,7 +211,7 @@ impl ModelConfig {
         let m = self;
         unit("model.tau", m.tau)?;
         unit("model.delta", m.delta)?;
-        if let Some(t) = m.rank_tau {
+        if let Some(t) = m.rank_tau.and_then(RankTau::value) {
             unit("model.rank_tau", t)?;
         }
         for (key, v) in [
@@ -316,7 +322,11 @@ impl ModelConfig {
                 cache_bytes: self.cache_mb.saturating_mul(1 << 20),
             }),
             AlgorithmName::Tfpl => AlgorithmSpec::Tfpl(TfplSpec {
-                rank_tau: self.rank_tau.or(ranking_only.then_some(self.tau)),
+                rank_tau: self.rank_tau.unwrap_or(if ranking_only {
+                    RankTau::Value(self.tau)
+                } else {
+                    RankTau::Auto
+                }),
                 reg: self.reg,
                 solver: TfplSolver::Auto,
                 max_gram_bytes: self.max_gram_mb.saturating_mul(1 << 20),

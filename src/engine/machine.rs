@@ -50,6 +50,7 @@ use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::np_score;
 use crate::learn::model::{Fingerprint, Model, Provenance};
 use crate::learn::prior::{resolve_training_prior, PriorBounds};
+use crate::learn::rank_tau::RankChoice;
 use crate::learn::spec::{fit_of, model_of, Algorithm, Fit, LearnerSpec};
 use crate::learn::threshold::{binomial_upper_tail, umbrella, ThresholdMethod, ThresholdResult};
 use crate::learn::Scorer;
@@ -134,6 +135,27 @@ struct Learner {
     scaler: Scaler,
     /// The last finite solution, accepted or rejected: the next warm start.
     previous: Option<Fit>,
+    /// τ-FPL's last `auto` ranking depth, kept while it pays; `None`: search on the next
+    /// retrain.
+    rank: Option<RankMemory>,
+}
+
+/// A ranking depth chosen by a search ([`crate::learn::rank_tau`]) and what it gave.
+#[derive(Debug, Clone, Copy)]
+struct RankMemory {
+    rank_tau: f64,
+    /// The threshold's TPR estimate of the model trained right after the search.
+    tpr_at_choice: Option<f64>,
+    /// Retrains that reused it since.
+    reused: usize,
+}
+
+impl RankMemory {
+    /// A kept depth is searched again after this many retrains, whatever they gave: the
+    /// data's best depth can move without any single retrain showing it.
+    const REUSE_LIMIT: usize = 20;
+    /// A TPR estimate this far below the search's means the depth stopped paying.
+    const TPR_DROP: f64 = 0.05;
 }
 
 /// The configuration sections the engine reads.
@@ -360,6 +382,7 @@ impl Engine {
                 self.learner = Some(Learner {
                     scaler: newest.model.scaler().clone(),
                     previous: Some(fit_of(&newest.model)),
+                    rank: None,
                 });
                 newest.publish(&self.metrics);
                 tracing::info!(version = newest.meta.version, "resumed the stored model");
@@ -502,6 +525,7 @@ impl Engine {
             .inc();
         self.set_stale(true);
         self.early_retrain = true;
+        self.forget_rank_choice();
         self.negatives_since_calibration = 0;
         self.positives_since_calibration = 0;
     }
@@ -567,9 +591,17 @@ impl Engine {
             .inc();
         self.set_stale(true);
         self.early_retrain = true;
+        self.forget_rank_choice();
         self.calibration_since = since;
         if self.config.recalibrate.enabled {
             self.recalibrate();
+        }
+    }
+
+    /// The next retrain searches τ-FPL's ranking depth again (`rank_tau = "auto"`).
+    fn forget_rank_choice(&mut self) {
+        if let Some(learner) = self.learner.as_mut() {
+            learner.rank = None;
         }
     }
 
@@ -757,6 +789,7 @@ impl Engine {
                 "the fresh threshold flags none of the recent positives; retraining early"
             );
             self.early_retrain = true;
+            self.forget_rank_choice();
             self.count_recalibration("flags_nothing");
         } else {
             tracing::debug!(version, threshold_version, ?threshold, "fresh threshold");
@@ -1173,6 +1206,7 @@ impl Engine {
         let learner = self.learner.get_or_insert_with(|| Learner {
             scaler: spec.training_scaler(&snapshot.data, &snapshot.held_out),
             previous: None,
+            rank: None,
         });
         let scaled = Dataset {
             rows: learner.scaler.transform(&snapshot.data.rows),
@@ -1188,6 +1222,10 @@ impl Engine {
             scaled,
             scaler: learner.scaler.clone(),
             previous: learner.previous.clone(),
+            rank_tau: learner
+                .rank
+                .filter(|r| r.reused < RankMemory::REUSE_LIMIT)
+                .map(|r| r.rank_tau),
             cancel: Arc::clone(&self.cancel),
         })
     }
@@ -1200,7 +1238,7 @@ impl Engine {
         }
         // Also when the certificate is refused: the bounds say why (docs/certificates.md §5).
         let prior = match &fitted {
-            Ok((_, _, prior, _)) => *prior,
+            Ok(f) => f.prior,
             Err(CalibrateError::Uncertified { bounds, .. }) => Some(**bounds),
             Err(_) => None,
         };
@@ -1209,8 +1247,8 @@ impl Engine {
             self.metrics.prior_lower_bound.set(b.lower);
             self.metrics.prior_upper_bound.set(b.upper);
         }
-        let (fit, threshold, algorithm) = match fitted {
-            Ok((fit, threshold, _, algorithm)) => (fit, threshold, algorithm),
+        let (fit, threshold, algorithm, rank_choice) = match fitted {
+            Ok(f) => (f.fit, f.threshold, f.algorithm, f.rank_choice),
             // No certifiable threshold (too few calibration events, a prior interval too wide)
             // is the gate's "its threshold exists" failing, not a training fault.
             Err(e @ (CalibrateError::Threshold(_) | CalibrateError::Uncertified { .. })) => {
@@ -1249,7 +1287,9 @@ impl Engine {
             threshold,
         );
         let snapshot = job.snapshot;
-        if let Some(rejection) = self.gate(&model, &snapshot) {
+        let rejection = self.gate(&model, &snapshot);
+        self.remember_rank_choice(rank_choice, &model, rejection.as_ref());
+        if let Some(rejection) = rejection {
             return rejection;
         }
         let version = match self.store.next_version() {
@@ -1290,6 +1330,64 @@ impl Engine {
             };
         }
         RetrainOutcome::Swapped { version }
+    }
+
+    /// Keeps a new ranking-depth choice, or judges the kept one by the model it gave: a
+    /// refused useless model (no gain, constant scores, nothing flagged) or a TPR estimate
+    /// [`RankMemory::TPR_DROP`] below the search's means it stopped paying, and the next
+    /// retrain searches again.
+    fn remember_rank_choice(
+        &mut self,
+        choice: Option<RankChoice>,
+        model: &Model,
+        rejection: Option<&RetrainOutcome>,
+    ) {
+        let tpr = model.threshold().and_then(|t| t.tpr_estimate);
+        let Some(learner) = self.learner.as_mut() else {
+            return;
+        };
+        if let Some(choice) = choice {
+            tracing::info!(
+                rank_tau = choice.rank_tau,
+                criterion = choice.criterion,
+                tried = ?choice
+                    .tried
+                    .iter()
+                    .map(|t| (t.rank_tau, t.validation_tpr))
+                    .collect::<Vec<_>>(),
+                "tfpl ranking depth chosen"
+            );
+            self.metrics.rank_tau_searches.inc();
+            self.metrics.rank_tau.set(choice.rank_tau);
+            learner.rank = Some(RankMemory {
+                rank_tau: choice.rank_tau,
+                tpr_at_choice: tpr,
+                reused: 0,
+            });
+            return;
+        }
+        let Some(memory) = learner.rank.as_mut() else {
+            return;
+        };
+        memory.reused += 1;
+        let useless = matches!(
+            rejection,
+            Some(RetrainOutcome::Rejected {
+                reason: GateReason::NoGain | GateReason::ConstantScores | GateReason::FlagsNothing,
+                ..
+            })
+        );
+        let dropped = matches!((tpr, memory.tpr_at_choice),
+            (Some(now), Some(then)) if now < then - RankMemory::TPR_DROP);
+        if useless || dropped {
+            tracing::info!(
+                rank_tau = memory.rank_tau,
+                ?tpr,
+                tpr_at_choice = ?memory.tpr_at_choice,
+                "tfpl ranking depth stopped paying; the next retrain searches again"
+            );
+            learner.rank = None;
+        }
     }
 
     /// Installs a model a trainer published (scorer role): it must be trained under this
@@ -1547,6 +1645,8 @@ pub struct RetrainJob {
     /// end needs a pre-pass fit, which belongs off the engine thread.
     spec: LearnerSpec,
     previous: Option<Fit>,
+    /// τ-FPL's kept ranking depth; `None` with `rank_tau = "auto"`: search it.
+    rank_tau: Option<f64>,
     cancel: Arc<AtomicBool>,
 }
 
@@ -1556,9 +1656,17 @@ pub struct TrainedRetrain {
     fitted: Result<Fitted, CalibrateError>,
 }
 
-/// The fit, its threshold, the prior bounds its `auto` prior ends came from, and the solver
-/// that made it.
-type Fitted = (Fit, Option<ThresholdResult>, Option<PriorBounds>, Algorithm);
+/// What a retrain computed.
+struct Fitted {
+    fit: Fit,
+    threshold: Option<ThresholdResult>,
+    /// The bounds the `auto` prior ends came from.
+    prior: Option<PriorBounds>,
+    /// The solver that made the fit.
+    algorithm: Algorithm,
+    /// τ-FPL's ranking-depth search, if this retrain ran one.
+    rank_choice: Option<RankChoice>,
+}
 
 impl RetrainJob {
     /// Trains (warm-started from the previous solution) and calibrates the threshold on the
@@ -1579,11 +1687,26 @@ impl RetrainJob {
             &self.cancel,
         )?;
         let spec = spec.check()?;
-        let algorithm = spec.solver(self.n_features)?;
         let previous = self.previous.as_ref();
+        let (spec, rank_choice) = match self.rank_tau {
+            Some(rank_tau) => (spec.ranking_at(rank_tau), None),
+            None => spec.with_rank_tau_chosen(
+                &self.scaled,
+                &self.snapshot.held_out,
+                previous,
+                &self.cancel,
+            )?,
+        };
+        let algorithm = spec.solver(self.n_features)?;
         let Some(mut threshold) = spec.threshold_spec() else {
             let fit = algorithm.fit(previous, &self.scaled, &self.cancel)?;
-            return Ok((fit, None, None, algorithm));
+            return Ok(Fitted {
+                fit,
+                threshold: None,
+                prior: None,
+                algorithm,
+                rank_choice,
+            });
         };
         threshold.method.get_or_insert(if self.with_negatives {
             ThresholdMethod::Umbrella
@@ -1597,7 +1720,13 @@ impl RetrainJob {
             &self.snapshot.held_out,
             &self.cancel,
         )?;
-        Ok((fit, Some(t), prior, algorithm))
+        Ok(Fitted {
+            fit,
+            threshold: Some(t),
+            prior,
+            algorithm,
+            rank_choice,
+        })
     }
 }
 
@@ -1900,9 +2029,9 @@ mod tests {
         let mut trained = job.run();
         // A solver that diverged: one NaN coefficient (intake never lets a NaN feature through,
         // so this is the only way one reaches the gate).
-        match trained.fitted.as_mut().expect("trained") {
-            (Fit::Usmo(m), ..) => m.expansion.coef[0] = f64::NAN,
-            (Fit::Tfpl(m), ..) => m.expansion.coef[0] = f64::NAN,
+        match &mut trained.fitted.as_mut().expect("trained").fit {
+            Fit::Usmo(m) => m.expansion.coef[0] = f64::NAN,
+            Fit::Tfpl(m) => m.expansion.coef[0] = f64::NAN,
         }
         let outcome = e.complete_retrain(trained);
         assert!(
@@ -2332,6 +2461,42 @@ mod tests {
             Some((GateReason::NoGain, detail)) => assert!(detail.contains("rank_tau"), "{detail}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// With `rank_tau = "auto"` (the default) the first retrain searches τ-FPL's depth; later
+    /// ones reuse it until a drift detection forgets it or a model shows it stopped paying.
+    #[test]
+    fn an_auto_rank_tau_is_searched_once_and_reused_while_it_pays() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let model = "algorithm = \"tfpl\"\ntau = 0.05\nseed = 1\n";
+        let (mut e, registry) = engine_of(dir.path(), model, "", Box::new(Discard));
+        assert!(e.metrics.rank_tau.get().is_nan());
+        feed_until_first_model(&mut e, &registry);
+        let searches = |e: &Engine| e.metrics.rank_tau_searches.get();
+        let memory = |e: &Engine| e.learner.as_ref().and_then(|l| l.rank);
+        assert_eq!(searches(&e), 1);
+        let chosen = memory(&e).expect("a kept depth").rank_tau;
+        assert_eq!(e.metrics.rank_tau.get(), chosen);
+        assert!(crate::learn::rank_tau::rank_grid(0.05).contains(&chosen));
+        let active = registry.active().expect("model");
+        assert!(!active.model.degenerate());
+        e.retrain();
+        assert_eq!(searches(&e), 1, "the kept depth is reused");
+        assert_eq!(
+            memory(&e).map(|m| (m.rank_tau, m.reused)),
+            Some((chosen, 1))
+        );
+        e.forget_rank_choice();
+        e.retrain();
+        assert_eq!(searches(&e), 2, "searched again after being forgotten");
+        if let Some(m) = e.learner.as_mut().and_then(|l| l.rank.as_mut()) {
+            m.tpr_at_choice = Some(2.0);
+        }
+        e.retrain();
+        assert_eq!(searches(&e), 2);
+        assert!(memory(&e).is_none(), "a TPR drop forgets the depth");
+        e.retrain();
+        assert_eq!(searches(&e), 3);
     }
 
     #[test]

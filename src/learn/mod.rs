@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod model;
 pub mod prior;
 pub mod projection;
+pub mod rank_tau;
 pub mod spec;
 pub mod tfpl;
 pub mod threshold;

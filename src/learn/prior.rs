@@ -27,7 +27,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::data::{Dataset, Label, ScaleKind};
 use crate::learn::spec::{
-    training_rows, AlgorithmSpec, Fit, KernelKind, KernelSpec, LearnerSpec, SolverLimits,
+    training_rows, AlgorithmSpec, Fit, KernelKind, KernelSpec, LearnerSpec, RankTau, SolverLimits,
     SpecError, TfplSpec,
 };
 use crate::learn::tfpl::TfplSolver;
@@ -302,7 +302,7 @@ pub fn training_prior(
     fit_rows.sort_unstable();
     let ranker = LearnerSpec {
         algorithm: AlgorithmSpec::Tfpl(TfplSpec {
-            rank_tau: Some(PRE_PASS_RANK_TAU),
+            rank_tau: RankTau::Value(PRE_PASS_RANK_TAU),
             reg: PRE_PASS_REG,
             solver: TfplSolver::Auto,
             max_gram_bytes: 256 << 20,

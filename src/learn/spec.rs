@@ -23,6 +23,7 @@ use crate::learn::calibrate::CalibrateError;
 use crate::learn::kernel::{Kernel, KernelExpansion};
 use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
 use crate::learn::prior::{prior_bounds, Anchor, PriorBounds, PriorError};
+use crate::learn::rank_tau::{choose_rank_tau, RankChoice};
 use crate::learn::tfpl::{TfplError, TfplModel, TfplParams, TfplSolver, TfplValidParams};
 use crate::learn::threshold::{OobRule, ThresholdMethod, ThresholdResult};
 use crate::learn::usmo::{UsmoError, UsmoModel, UsmoParams, UsmoValidParams};
@@ -116,8 +117,9 @@ impl UsmoSpec {
 /// τ-FPL's settings (AAAI 2018, problem (5)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TfplSpec {
-    /// The τ it ranks at, k = ⌊τn⌋ + 1; `None`: the threshold's τ.
-    pub rank_tau: Option<f64>,
+    /// The τ it ranks at, k = ⌊τn⌋ + 1, or `Auto`: chosen per fit from τ, 2τ, … ½ of the
+    /// threshold's τ ([`Learner::with_rank_tau_chosen`]).
+    pub rank_tau: RankTau,
     /// R: the L2 regularisation weight.
     pub reg: f64,
     pub solver: TfplSolver,
@@ -132,7 +134,7 @@ impl TfplSpec {
     pub const DEFAULT_TOL: f64 = 1e-6;
 
     /// The checked solver parameters for data with `n_features` features, ranking at
-    /// `rank_tau` unless the spec sets its own.
+    /// `rank_tau` unless the spec sets its own number.
     pub fn params(
         &self,
         rank_tau: f64,
@@ -140,7 +142,7 @@ impl TfplSpec {
         limits: &SolverLimits,
         n_features: usize,
     ) -> Result<TfplValidParams, TfplError> {
-        let mut p = TfplParams::new(self.rank_tau.unwrap_or(rank_tau), self.reg);
+        let mut p = TfplParams::new(self.rank_tau.value().unwrap_or(rank_tau), self.reg);
         p.kernel = kernel.kernel(Self::DEFAULT_KERNEL, n_features);
         p.solver = self.solver;
         p.tol = limits.tol.unwrap_or(Self::DEFAULT_TOL);
@@ -203,16 +205,23 @@ pub struct ThresholdSettings {
     pub oob_rule: OobRule,
 }
 
-/// One end of the prior interval as configured: a number in (0, 1) or `auto`, taken from the
-/// data (docs/certificates.md §5). `auto` for the lower end assumes an anchor: no negative
-/// scores above the top `prior_anchor` share of the scorer's training positives' scores.
+/// A setting that is a number in (0, 1) or `auto`, taken from the data.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PriorEnd {
+pub enum NumberOrAuto {
     Value(f64),
     Auto,
 }
 
-impl PriorEnd {
+/// One end of the prior interval as configured (docs/certificates.md §5). `auto` for the lower
+/// end assumes an anchor: no negative scores above the top `prior_anchor` share of the
+/// scorer's training positives' scores.
+pub type PriorEnd = NumberOrAuto;
+
+/// τ-FPL's ranking depth as configured: a τ to rank at, or `auto`, chosen per fit on held-back
+/// training rows ([`crate::learn::rank_tau`]).
+pub type RankTau = NumberOrAuto;
+
+impl NumberOrAuto {
     /// The number, if this end is one.
     pub fn value(self) -> Option<f64> {
         match self {
@@ -226,9 +235,9 @@ impl PriorEnd {
     }
 }
 
-impl std::str::FromStr for PriorEnd {
+impl std::str::FromStr for NumberOrAuto {
     type Err = String;
-    fn from_str(s: &str) -> Result<PriorEnd, String> {
+    fn from_str(s: &str) -> Result<NumberOrAuto, String> {
         if s == "auto" {
             return Ok(PriorEnd::Auto);
         }
@@ -241,7 +250,7 @@ impl std::str::FromStr for PriorEnd {
     }
 }
 
-impl std::fmt::Display for PriorEnd {
+impl std::fmt::Display for NumberOrAuto {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PriorEnd::Value(v) => write!(f, "{v}"),
@@ -250,7 +259,7 @@ impl std::fmt::Display for PriorEnd {
     }
 }
 
-impl serde::Serialize for PriorEnd {
+impl serde::Serialize for NumberOrAuto {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             PriorEnd::Value(v) => s.serialize_f64(*v),
@@ -259,24 +268,24 @@ impl serde::Serialize for PriorEnd {
     }
 }
 
-impl<'de> serde::Deserialize<'de> for PriorEnd {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PriorEnd, D::Error> {
+impl<'de> serde::Deserialize<'de> for NumberOrAuto {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<NumberOrAuto, D::Error> {
         struct Visitor;
         impl serde::de::Visitor<'_> for Visitor {
-            type Value = PriorEnd;
+            type Value = NumberOrAuto;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a number in (0, 1) or \"auto\"")
             }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<PriorEnd, E> {
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<NumberOrAuto, E> {
                 Ok(PriorEnd::Value(v))
             }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<PriorEnd, E> {
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<NumberOrAuto, E> {
                 Ok(PriorEnd::Value(v as f64))
             }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<PriorEnd, E> {
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<NumberOrAuto, E> {
                 Ok(PriorEnd::Value(v as f64))
             }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PriorEnd, E> {
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<NumberOrAuto, E> {
                 if v == "auto" {
                     Ok(PriorEnd::Auto)
                 } else {
@@ -539,7 +548,8 @@ impl Learner {
     }
 
     /// The checked solver for data with `n_features` features. τ-FPL ranks at its
-    /// `rank_tau`, else at the threshold's τ; without either it is an error.
+    /// `rank_tau`, else (`auto` before [`Learner::with_rank_tau_chosen`]) at the threshold's
+    /// τ; without either it is an error.
     pub fn solver(&self, n_features: usize) -> Result<Algorithm, SpecError> {
         let (kernel, limits) = (&self.kernel, &self.limits);
         Ok(match &self.algorithm {
@@ -547,6 +557,7 @@ impl Learner {
             AlgorithmSpec::Tfpl(s) => {
                 let rank_tau = s
                     .rank_tau
+                    .value()
                     .or(self.threshold.as_ref().map(|t| t.tau))
                     .ok_or_else(|| {
                         TfplError::Param("tfpl needs a rank tau or a threshold tau".into())
@@ -554,6 +565,63 @@ impl Learner {
                 Algorithm::Tfpl(s.params(rank_tau, kernel, limits, n_features)?)
             }
         })
+    }
+
+    /// With `rank_tau = auto` (τ-FPL with a threshold), the depth chosen on the training rows
+    /// (not `held_out`) of `scaled` ([`choose_rank_tau`]) and this learner ranking there;
+    /// otherwise this learner and `None`. Without negatives the unlabeled rows stand in for
+    /// them over the threshold's prior interval, as in [`Algorithm::fit_with_held_out`] (with
+    /// no interval there is nothing to search: that fit reports what is missing). `previous`
+    /// warm-starts the search's first fit.
+    pub fn with_rank_tau_chosen(
+        self,
+        scaled: &Dataset,
+        held_out: &[bool],
+        previous: Option<&Fit>,
+        cancel: &AtomicBool,
+    ) -> Result<(Learner, Option<RankChoice>), SpecError> {
+        let (AlgorithmSpec::Tfpl(s), Some(threshold)) = (&self.algorithm, &self.threshold) else {
+            return Ok((self, None));
+        };
+        if s.rank_tau != RankTau::Auto {
+            return Ok((self, None));
+        }
+        let pu_prior = match scaled.count(Label::Negative) {
+            0 => match threshold.prior_interval() {
+                Some(interval) => Some(interval),
+                None => return Ok((self, None)),
+            },
+            _ => None,
+        };
+        let params = s.params(
+            threshold.tau,
+            &self.kernel,
+            &self.limits,
+            scaled.rows.n_features(),
+        )?;
+        let previous = match previous {
+            Some(Fit::Tfpl(m)) => Some(m),
+            _ => None,
+        };
+        let choice = choose_rank_tau(
+            &params,
+            threshold.tau,
+            &scaled.select(&training_rows(held_out)),
+            pu_prior,
+            previous,
+            self.seed,
+            cancel,
+        )?;
+        Ok((self.ranking_at(choice.rank_tau), Some(choice)))
+    }
+
+    /// This learner with τ-FPL ranking at `rank_tau` (USMO unchanged).
+    pub fn ranking_at(self, rank_tau: f64) -> Learner {
+        let mut spec = self.0;
+        if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
+            s.rank_tau = RankTau::Value(rank_tau);
+        }
+        Learner(spec)
     }
 
     /// The threshold settings as the calibration takes them, if a threshold is wanted.
@@ -817,7 +885,7 @@ mod tests {
         })
     }
 
-    fn tfpl(rank_tau: Option<f64>) -> AlgorithmSpec {
+    fn tfpl(rank_tau: RankTau) -> AlgorithmSpec {
         AlgorithmSpec::Tfpl(TfplSpec {
             rank_tau,
             reg: 1e-2,
@@ -850,7 +918,7 @@ mod tests {
         };
         assert_eq!(p.kernel, Kernel::Rbf { gamma: 0.25 });
         assert_eq!(p.tol, 1e-3);
-        let mut tfpl_spec = spec(tfpl(Some(0.1)));
+        let mut tfpl_spec = spec(tfpl(RankTau::Value(0.1)));
         tfpl_spec.limits.tol = Some(1e-4);
         let learner = tfpl_spec.check().unwrap();
         let solver = learner.solver(4).unwrap();
@@ -863,7 +931,7 @@ mod tests {
 
     #[test]
     fn tfpl_ranks_at_the_threshold_tau_unless_told_and_needs_one_of_them() {
-        let mut s = spec(tfpl(None));
+        let mut s = spec(tfpl(RankTau::Auto));
         assert!(s.clone().check().is_err(), "no rank tau and no threshold");
         s.threshold = Some(settings(None, None));
         let Algorithm::Tfpl(p) = s.check().unwrap().solver(3).unwrap() else {
@@ -1097,7 +1165,11 @@ mod tests {
         let usmo = spec(usmo()).check().unwrap().solver(2).unwrap();
         assert!(!usmo.trains_on_negatives());
         assert!(usmo.for_unlabeled_as_negatives(0.3, 0.4).unwrap().is_none());
-        let tfpl = spec(tfpl(Some(0.05))).check().unwrap().solver(2).unwrap();
+        let tfpl = spec(tfpl(RankTau::Value(0.05)))
+            .check()
+            .unwrap()
+            .solver(2)
+            .unwrap();
         assert!(tfpl.trains_on_negatives());
         let Some(Algorithm::Tfpl(p)) = tfpl.for_unlabeled_as_negatives(0.3, 0.4).unwrap() else {
             panic!("a re-ranked tfpl solver")
