@@ -7,7 +7,8 @@
 //!   cache ([`learn::kernel`]), the USMO positive-unlabeled solver ([`learn::usmo`]), the τ-FPL
 //!   ranker ([`learn::tfpl`]: FISTA on the dual, an interior point on the primal for few
 //!   features) and its projection onto Γ_k ([`learn::projection`]), the cost-sensitive linear
-//!   SVM baseline ([`learn::linsvm`]), false-positive thresholds on score arrays
+//!   SVM baseline ([`learn::linsvm`]), the online logistic-regression baseline of `replay
+//!   --baseline` ([`learn::online`]), false-positive thresholds on score arrays
 //!   ([`learn::threshold`]), which rows train and which calibrate ([`learn::calibrate`]),
 //!   hyper-parameter choice by cross-validation ([`learn::tune`]), τ-FPL's ranking depth
 //!   chosen on held-back training rows ([`learn::rank_tau`]), evaluation metrics

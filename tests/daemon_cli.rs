@@ -598,9 +598,10 @@ fn a_pu_replay_whose_retrains_are_all_refused_answers_every_event_within_max_wai
     assert!(stderr.contains("no_threshold"), "{stderr}");
 }
 
-/// `replay --report json --block N --plot FILE`: the report's blocks are the score file's runs
-/// of N lines, counted against `meta.label`; its totals and summary agree with the file, and
-/// the chart is written. With scores on stdout the report is refused (exit 2).
+/// `replay --report json --block N --baseline online-lr --plot FILE`: the report's blocks are
+/// the score file's runs of N lines, counted against `meta.label`; its totals and summary agree
+/// with the file, the baseline answers the same events, and the chart is written. With scores
+/// on stdout the report is refused (exit 2), as is --baseline without --report.
 #[test]
 fn the_prequential_report_accounts_every_score_by_block() {
     let dir = tempfile::tempdir().expect("dir");
@@ -611,7 +612,15 @@ fn the_prequential_report_accounts_every_score_by_block() {
         .arg(&stream)
         .arg("--config")
         .arg(config(dir.path()))
-        .args(["--report", "json", "--block", "300", "--plot"])
+        .args([
+            "--report",
+            "json",
+            "--block",
+            "300",
+            "--baseline",
+            "online-lr",
+            "--plot",
+        ])
         .arg(&plot)
         .output()
         .expect("run neyman");
@@ -661,6 +670,32 @@ fn the_prequential_report_accounts_every_score_by_block() {
     assert!(report["summary"]["models_swapped"].as_u64().expect("swaps") >= 2);
     let svg = std::fs::read_to_string(&plot).expect("chart written");
     assert!(svg.starts_with("<svg") && svg.contains("FPR"));
+    // The baseline answers the same unlabeled events in the same blocks: unscored until it has
+    // learned and seen a negative, then flagged against its rolling quantile.
+    let baseline = &report["baseline"];
+    assert_eq!(baseline["name"], "online-lr");
+    assert_eq!(baseline["window"], 1000);
+    assert_eq!(baseline["block"], 300);
+    let answered =
+        |r: &Value| r["scored"].as_u64().expect("n") + r["unscored"].as_u64().expect("n");
+    assert_eq!(answered(baseline), answered(&report));
+    assert_eq!(
+        baseline["blocks"].as_array().expect("blocks").len(),
+        blocks.len()
+    );
+    assert!(baseline["scored"].as_u64().expect("n") > 0, "{baseline}");
+    assert!(baseline["tpr"].as_f64().expect("tpr") > 0.0, "{baseline}");
+    assert_eq!(baseline["without_truth"], 0);
+    let no_report = Command::new(BIN)
+        .arg("replay")
+        .arg(&stream)
+        .arg("--config")
+        .arg(config(dir.path()))
+        .args(["--baseline", "online-lr"])
+        .output()
+        .expect("run neyman");
+    assert_eq!(no_report.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&no_report.stderr).contains("--report"));
 
     let refused = Command::new(BIN)
         .arg("replay")

@@ -119,11 +119,25 @@ pub struct ReplayArgs {
     /// swaps and the start of drifted events marked, as an SVG chart.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// With --report: also run the same stream through a baseline and add its prequential
+    /// figures as `baseline` (same blocks, same truth). online-lr: an online logistic
+    /// regression (SGD, rate 0.01, online standardised features) flagging scores above the
+    /// rolling (1 − tau) quantile of the last recalibrate.window negatives' scores — River's
+    /// LogisticRegression + RollingQuantile.
+    #[arg(long, value_enum, requires = "report")]
+    pub baseline: Option<BaselineName>,
     /// Publish FILE into the config's [kafka] topics (channel → topic, keys, headers and
     /// timestamps kept) instead of running the daemon; exits once every message is
     /// acknowledged.
     #[arg(long, conflicts_with_all = ["speed", "no_resume", "keep_serving", "report", "plot"])]
     pub to_kafka: bool,
+}
+
+/// Baselines `replay --baseline` runs beside the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BaselineName {
+    /// Online logistic regression with a rolling-quantile threshold.
+    OnlineLr,
 }
 
 #[derive(Debug, Clone, Args)]

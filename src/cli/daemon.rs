@@ -8,10 +8,12 @@
 
 use std::path::Path;
 
-use super::args::{ReplayArgs, RunArgs};
+use super::args::{BaselineName, ReplayArgs, RunArgs};
+use super::replay_baseline::online_lr;
 use super::CliError;
 use crate::config::{parse_speed, LoadedConfig, SourceKind};
 use crate::daemon::{shutdown_signal, Options, Source};
+use crate::stream::event::EventLimits;
 
 /// Loads and checks the configuration (exit 2 on any problem).
 pub fn load_config(path: &Path) -> Result<LoadedConfig, CliError> {
@@ -65,6 +67,11 @@ pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
         threads: args.threads,
         report_block: wants_report.then(|| usize::try_from(args.block).unwrap_or(usize::MAX)),
     };
+    let recalibrate_window = config.recalibrate.window;
+    let limits = EventLimits {
+        max_bytes: config.scoring.max_event_bytes,
+        ..EventLimits::default()
+    };
     let finished = crate::daemon::run(config, options, shutdown_signal())?;
     let Some(report) = finished.report else {
         return Ok(());
@@ -73,8 +80,16 @@ pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
         super::plot_blocks::write_blocks_svg(path, &report.prequential)?;
     }
     if args.report.is_some() {
-        let json = serde_json::to_string(&report)
+        let mut json = serde_json::to_value(&report)
             .map_err(|e| CliError::Training(format!("the report: {e}")))?;
+        if let (Some(BaselineName::OnlineLr), Some(fields)) = (args.baseline, json.as_object_mut())
+        {
+            let (block, tau) = (report.prequential.block, report.prequential.tau);
+            let baseline = online_lr(&args.file, block, tau, recalibrate_window, &limits)?;
+            let baseline = serde_json::to_value(&baseline)
+                .map_err(|e| CliError::Training(format!("the baseline report: {e}")))?;
+            fields.insert("baseline".into(), baseline);
+        }
         println!("{json}");
     }
     Ok(())

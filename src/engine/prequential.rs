@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::engine::scoring::{ScoreOutput, ScoreStatus};
 use crate::learn::threshold::binomial_upper_tail;
@@ -163,19 +164,36 @@ impl Prequential {
 
     /// One output of the unlabeled channel, in output order.
     pub fn observe_score(&mut self, output: &ScoreOutput) {
+        let decision = (output.status == ScoreStatus::Scored).then(|| {
+            (
+                output.flagged == Some(true),
+                (
+                    output.model_version.unwrap_or(0),
+                    output.threshold_version.unwrap_or(0),
+                ),
+            )
+        });
+        self.observe(&output.id, output.meta.as_ref(), decision);
+    }
+
+    /// One unlabeled event's decision, in output order: whether it was flagged and by which
+    /// (model, threshold) version, or `None` when it was not scored. `meta` is the event's.
+    pub fn observe(
+        &mut self,
+        id: &str,
+        meta: Option<&Map<String, Value>>,
+        decision: Option<(bool, (u64, u64))>,
+    ) {
         let index = (self.outputs / self.block as u64) as usize;
         self.outputs += 1;
         if self.blocks.len() <= index {
             self.blocks.push(Block::default());
         }
-        let meta = output.meta.as_ref();
         let drifted = meta
             .and_then(|m| m.get("drifted"))
-            .and_then(serde_json::Value::as_bool)
+            .and_then(Value::as_bool)
             .unwrap_or(false);
-        let label = meta
-            .and_then(|m| m.get("label"))
-            .and_then(serde_json::Value::as_i64);
+        let label = meta.and_then(|m| m.get("label")).and_then(Value::as_i64);
         let Block {
             counts,
             drifted: drifted_count,
@@ -183,24 +201,19 @@ impl Prequential {
             last,
         } = &mut self.blocks[index];
         *drifted_count += u64::from(drifted);
-        if output.status != ScoreStatus::Scored {
+        let Some((flagged, version)) = decision else {
             counts.unscored += 1;
             return;
-        }
+        };
         counts.scored += 1;
-        let version = (
-            output.model_version.unwrap_or(0),
-            output.threshold_version.unwrap_or(0),
-        );
         first.get_or_insert(version);
         *last = Some(version);
-        let flagged = output.flagged == Some(true);
         let by_version = self.versions.entry(version).or_default();
         by_version.scored += 1;
         let truth = match label {
             Some(1) => Some(true),
             Some(-1) => Some(false),
-            _ => self.early.remove(&output.id),
+            _ => self.early.remove(id),
         };
         match truth {
             Some(positive) => {
@@ -209,7 +222,7 @@ impl Prequential {
             }
             None if self.pending.len() < MAX_PENDING => {
                 self.pending.insert(
-                    output.id.clone(),
+                    id.to_string(),
                     Pending {
                         block: index,
                         version,
