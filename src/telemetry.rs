@@ -62,7 +62,7 @@ pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "faile
 /// of the fresh positives (an early retrain is asked for), or none (too few fresh negatives).
 pub const RECALIBRATION_RESULTS: [&str; 3] = ["recalibrated", "flags_nothing", "skipped"];
 /// What a drift detection was seen on: the `signal` label of `neyman_drift_detected_total`.
-pub const DRIFT_SIGNALS: [&str; 2] = ["scores", "feedback"];
+pub const DRIFT_SIGNALS: [&str; 3] = ["scores", "features", "feedback"];
 
 /// Every metric family name, for the promtool test and the dashboard check.
 pub const FAMILIES: [&str; 44] = [

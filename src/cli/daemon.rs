@@ -9,9 +9,9 @@
 use std::path::Path;
 
 use super::args::{BaselineName, ReplayArgs, RunArgs};
-use super::replay_baseline::online_lr;
 use super::CliError;
 use crate::config::{parse_speed, LoadedConfig, SourceKind};
+use crate::daemon::baseline::online_lr;
 use crate::daemon::{shutdown_signal, Options, Source};
 use crate::stream::event::EventLimits;
 
@@ -85,7 +85,8 @@ pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
         if let (Some(BaselineName::OnlineLr), Some(fields)) = (args.baseline, json.as_object_mut())
         {
             let (block, tau) = (report.prequential.block, report.prequential.tau);
-            let baseline = online_lr(&args.file, block, tau, recalibrate_window, &limits)?;
+            let baseline = online_lr(&args.file, block, tau, recalibrate_window, &limits)
+                .map_err(|e| CliError::file(&args.file, e))?;
             let baseline = serde_json::to_value(&baseline)
                 .map_err(|e| CliError::Training(format!("the baseline report: {e}")))?;
             fields.insert("baseline".into(), baseline);

@@ -9,8 +9,7 @@
 //! [`bench`](mod@bench) and [`bench_kafka`] (`bench ...`), `eval` (the PU evaluation), `np_eval` (the
 //! Neyman–Pearson protocol) with `np_cells` (its plan and per-split cells) and `baselines`
 //! (the linear-SVM baselines it compares against), [`plot`] (ROC plots), `plot_blocks` (the
-//! per-block chart of `replay --plot`), `replay_baseline` (the online baseline of
-//! `replay --baseline`) and [`prior`] (bounds on the positive share of a file's
+//! per-block chart of `replay --plot`) and [`prior`] (bounds on the positive share of a file's
 //! unlabeled rows).
 
 pub mod args;
@@ -25,7 +24,6 @@ mod np_eval;
 pub mod plot;
 mod plot_blocks;
 pub mod prior;
-mod replay_baseline;
 pub mod stream;
 
 use std::io::{IsTerminal, Write};

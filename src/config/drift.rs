@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 /// Drift detection (README, "How the daemon works", step 8): on the unlabeled events' scores,
 /// a two-sample Kolmogorov–Smirnov test between the active model's reference scores (its
 /// held-out unlabeled events at training, else its first `window` unlabeled scores) and its
-/// latest `window` scores; on the negative feedback, the share of the newest `window` unseen
-/// negatives its threshold flags, against τ.
+/// latest `window` scores; on the same events' feature means (`features`); on the negative
+/// feedback, the share of the newest `window` unseen negatives its threshold flags, against τ.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriftConfig {
@@ -26,6 +26,11 @@ pub struct DriftConfig {
     /// `every` scores: on stationary streams the false alarms are measured in the README.
     #[serde(default = "default_p_value")]
     pub p_value: f64,
+    /// Also test the unlabeled events' feature means (Welch's z per feature against the same
+    /// reference events, Bonferroni over the features, at `p_value`): a covariate shift the
+    /// scores do not show. Costs O(features) per test and `window` events of memory.
+    #[serde(default = "default_enabled")]
+    pub features: bool,
 }
 
 fn default_enabled() -> bool {
@@ -48,6 +53,7 @@ impl Default for DriftConfig {
             window: default_window(),
             every: default_every(),
             p_value: default_p_value(),
+            features: default_enabled(),
         }
     }
 }

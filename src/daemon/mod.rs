@@ -14,8 +14,10 @@
 //! `realtime` and `xN` sleep between records by their event-time gaps. On Kafka, missing
 //! topics are created, the group is joined, and at shutdown outputs are drained (at most
 //! `log.shutdown_timeout`), offsets committed and the group left; `[source] path` and
-//! `[output]` are not used.
+//! `[output]` are not used. [`baseline`] runs a replayed stream through the streaming baseline
+//! of `replay --baseline`.
 
+pub mod baseline;
 pub mod kafka;
 pub mod replay;
 

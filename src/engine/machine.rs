@@ -40,7 +40,7 @@ use crate::config::{
     ScoringConfig, ThresholdName, WindowsConfig,
 };
 use crate::data::{Dataset, Label, Rows, Scaler};
-use crate::engine::drift::{Detection, ScoreDrift};
+use crate::engine::drift::{Detection, FeatureDetection, FeatureDrift, ScoreDrift};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
 use crate::engine::scoring::{score_one, ScoreOutput, UnscoredReason};
@@ -224,6 +224,9 @@ pub struct Engine {
     /// The drift detector on the active model's unlabeled scores (`None`: `drift.enabled`
     /// is false).
     drift: Option<ScoreDrift>,
+    /// The detector on the unlabeled events' feature means (`None`: `drift.enabled` or
+    /// `drift.features` off).
+    feature_drift: Option<FeatureDrift>,
     /// A drift was detected and neither a swap nor a fresh threshold followed yet.
     certificate_stale: bool,
     /// New negative-feedback events since the last `feedback` drift test.
@@ -322,6 +325,8 @@ impl Engine {
             .collect();
         let max_wait_ms = i64::try_from(config.scoring.max_wait.0.as_millis()).unwrap_or(i64::MAX);
         let drift = config.drift.enabled.then(|| ScoreDrift::new(&config.drift));
+        let feature_drift = (config.drift.enabled && config.drift.features)
+            .then(|| FeatureDrift::new(&config.drift));
         let mut engine = Engine {
             config,
             metrics,
@@ -337,6 +342,7 @@ impl Engine {
             positives_since_calibration: 0,
             early_retrain: false,
             drift,
+            feature_drift,
             certificate_stale: false,
             feedback_since_test: 0,
             calibration_since: None,
@@ -519,15 +525,39 @@ impl Engine {
             p_value = detection.p_value,
             "drift detected on the unlabeled scores; the certificate is stale until the next model or fresh threshold"
         );
+        self.drift_detected("scores");
+    }
+
+    /// A shift of the unlabeled events' feature means: handled as a drift of the scores.
+    fn on_feature_drift(&mut self, model: &StoredModel, detection: FeatureDetection) {
+        tracing::warn!(
+            version = model.meta.version,
+            threshold_version = model.threshold_version,
+            feature = detection.feature,
+            z = detection.z,
+            p_value = detection.p_value,
+            "drift detected on the unlabeled feature means; the certificate is stale until the next model or fresh threshold"
+        );
+        self.drift_detected("features");
+    }
+
+    /// What a `scores` or `features` detection does (see [`Engine::on_drift`]).
+    fn drift_detected(&mut self, signal: &str) {
         self.metrics
             .drift_detected
-            .with_label_values(&["scores"])
+            .with_label_values(&[signal])
             .inc();
         self.set_stale(true);
         self.early_retrain = true;
         self.forget_rank_choice();
         self.negatives_since_calibration = 0;
         self.positives_since_calibration = 0;
+        if let Some(drift) = &mut self.drift {
+            drift.reset(Vec::new());
+        }
+        if let Some(drift) = &mut self.feature_drift {
+            drift.reset(None);
+        }
     }
 
     /// The `feedback` drift signal: every `drift.every` new negative-feedback events, the
@@ -610,11 +640,15 @@ impl Engine {
         self.metrics.certificate_stale.set(i64::from(stale));
     }
 
-    /// A new active model: the drift detector starts from `reference` (its scores on
-    /// held-out unlabeled events; empty: from its first scores) and the certificate is fresh.
-    fn reset_drift(&mut self, reference: Vec<f64>) {
+    /// A new active model: the drift detectors start from `reference` (its scores on
+    /// held-out unlabeled events of its snapshot, and their rows; none: from its first
+    /// events) and the certificate is fresh.
+    fn reset_drift(&mut self, reference: Vec<f64>, rows: Option<(&Rows, &[usize])>) {
         if let Some(drift) = &mut self.drift {
             drift.reset(reference);
+        }
+        if let Some(drift) = &mut self.feature_drift {
+            drift.reset(rows);
         }
         self.set_stale(false);
     }
@@ -993,6 +1027,10 @@ impl Engine {
                     (Some(drift), Some(score)) => drift.observe(score),
                     _ => None,
                 };
+                let feature_detection = self
+                    .feature_drift
+                    .as_mut()
+                    .and_then(|drift| drift.observe(&event.x));
                 self.metrics
                     .model_age
                     .set((event.ts - model.meta.trained_at_ms) as f64 / 1000.0);
@@ -1000,6 +1038,8 @@ impl Engine {
                 self.publish_rates(&model);
                 if let Some(detection) = detection {
                     self.on_drift(&model, detection);
+                } else if let Some(detection) = feature_detection {
+                    self.on_feature_drift(&model, detection);
                 }
             }
             // The dimension is locked to the model's, so this is unreachable in practice;
@@ -1316,12 +1356,17 @@ impl Engine {
                 detail: e.to_string(),
             };
         }
+        let reference_rows = held_out_unlabeled(&snapshot, self.config.drift.window);
         let reference = self.drift.as_ref().map_or_else(Vec::new, |_| {
-            held_out_unlabeled_scores(&stored.model, &snapshot, self.config.drift.window)
+            let mut scores = vec![0.0; reference_rows.len()];
+            stored
+                .model
+                .score_batch(&snapshot.data.rows.select(&reference_rows), &mut scores);
+            scores
         });
         stored.publish(&self.metrics);
         self.registry.install(stored);
-        self.reset_drift(reference);
+        self.reset_drift(reference, Some((&snapshot.data.rows, &reference_rows)));
         self.negatives_since_calibration = 0;
         self.positives_since_calibration = 0;
         if let Err(e) = self.flush_pending() {
@@ -1432,7 +1477,7 @@ impl Engine {
         }
         stored.publish(&self.metrics);
         self.registry.install(stored);
-        self.reset_drift(Vec::new());
+        self.reset_drift(Vec::new(), None);
         self.flush_pending().map_err(|e| e.to_string())?;
         Ok(version)
     }
@@ -1738,18 +1783,16 @@ fn score_entries(model: &Model, entries: &[&Entry]) -> Option<Vec<f64>> {
     Some(scores)
 }
 
-/// `model`'s scores on the newest `limit` held-out unlabeled events of `snapshot`, in event
-/// time order: the drift detector's reference for a model trained on it.
-fn held_out_unlabeled_scores(model: &Model, snapshot: &TrainingSnapshot, limit: usize) -> Vec<f64> {
+/// The newest `limit` held-out unlabeled events of `snapshot`, in event time order: the
+/// drift detectors' reference for a model trained on it.
+fn held_out_unlabeled(snapshot: &TrainingSnapshot, limit: usize) -> Vec<usize> {
     let data = &snapshot.data;
     let mut rows: Vec<usize> = (0..data.len())
         .filter(|&i| snapshot.held_out[i] && data.labels[i] == Label::Unlabeled)
         .collect();
     rows.sort_by_key(|&i| snapshot.ts[i]);
-    let rows = &rows[rows.len().saturating_sub(limit)..];
-    let mut scores = vec![0.0; rows.len()];
-    model.score_batch(&data.rows.select(rows), &mut scores);
-    scores
+    rows.drain(..rows.len().saturating_sub(limit));
+    rows
 }
 
 /// Rows of the snapshot [`constant_on`] scores: enough to see any spread, bounded so the

@@ -234,6 +234,46 @@ pub fn mean_sd(values: &[f64]) -> (f64, f64) {
     (mean, (sum_sq / (n - 1.0)).sqrt())
 }
 
+/// Per-feature sample moments: count, means and (population) variances.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moments {
+    pub n: f64,
+    pub mean: Vec<f64>,
+    pub var: Vec<f64>,
+}
+
+/// The feature whose mean moved most between two samples, by Welch's z = (m_b − m_a) /
+/// √(v_a/n_a + v_b/n_b) (normal for samples of hundreds), with its two-sided p-value times the
+/// number of features compared (Bonferroni: the chance that any of them moves this far by
+/// chance). A feature constant in both samples is compared only if its value changed (z
+/// infinite). Returns (feature, z, adjusted p); `None` when nothing can be compared (a sample
+/// with fewer than 2 rows, different dimensions, or every feature constant and unchanged).
+pub fn largest_mean_shift(a: &Moments, b: &Moments) -> Option<(usize, f64, f64)> {
+    if a.n < 2.0 || b.n < 2.0 || a.mean.len() != b.mean.len() {
+        return None;
+    }
+    let mut compared = 0usize;
+    let mut largest: Option<(usize, f64)> = None;
+    for j in 0..a.mean.len() {
+        let diff = b.mean[j] - a.mean[j];
+        let se2 = a.var[j] / a.n + b.var[j] / b.n;
+        let z = if se2 > 0.0 {
+            diff / se2.sqrt()
+        } else if diff == 0.0 {
+            continue;
+        } else {
+            diff.signum() * f64::INFINITY
+        };
+        compared += 1;
+        if largest.map_or(true, |(_, best): (usize, f64)| z.abs() > best.abs()) {
+            largest = Some((j, z));
+        }
+    }
+    let (feature, z) = largest?;
+    let p = statrs::function::erf::erfc(z.abs() / std::f64::consts::SQRT_2);
+    Some((feature, z, (p * compared as f64).min(1.0)))
+}
+
 /// The two-sample Kolmogorov–Smirnov statistic D = sup |F_a − F_b| of two score samples and
 /// its asymptotic p-value Q_KS(λ) = 2 Σ_{k≥1} (−1)^{k−1} e^{−2k²λ²}, λ = (√n_e + 0.12 +
 /// 0.11/√n_e)·D, n_e = n_a·n_b/(n_a + n_b) (Stephens' correction; Numerical Recipes §14.3).
@@ -617,5 +657,35 @@ mod tests {
                 (p, a) => prop_assert_eq!(p, a),
             }
         }
+    }
+
+    #[test]
+    fn the_largest_mean_shift_is_welchs_z_with_a_bonferroni_p_value() {
+        let a = Moments {
+            n: 100.0,
+            mean: vec![0.0, 1.0, 5.0],
+            var: vec![1.0, 4.0, 0.0],
+        };
+        let b = Moments {
+            n: 400.0,
+            mean: vec![0.1, 2.0, 5.0],
+            var: vec![1.0, 4.0, 0.0],
+        };
+        let (feature, z, p) = largest_mean_shift(&a, &b).expect("comparable");
+        assert_eq!(feature, 1);
+        // (2 − 1)/√(4/100 + 4/400) = 1/√0.05.
+        assert!((z - 1.0 / 0.05f64.sqrt()).abs() < 1e-12);
+        // Two features compared (the third is constant and unchanged).
+        let two_sided = statrs::function::erf::erfc(z / std::f64::consts::SQRT_2);
+        assert!((p - 2.0 * two_sided).abs() < 1e-15);
+        let mut moved = b.clone();
+        moved.mean[2] = 6.0;
+        let (feature, z, p) = largest_mean_shift(&a, &moved).expect("comparable");
+        assert_eq!((feature, z, p), (2, f64::INFINITY, 0.0));
+        let tiny = Moments {
+            n: 1.0,
+            ..a.clone()
+        };
+        assert_eq!(largest_mean_shift(&tiny, &b), None);
     }
 }

@@ -14,11 +14,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::CliError;
 use crate::engine::prequential::{Prequential, PrequentialReport};
 use crate::learn::online::{OnlineLogistic, RollingQuantile, DEFAULT_LEARNING_RATE};
 use crate::stream::event::{parse_event, EventLimits, Features};
-use crate::stream::record::RecordReader;
+use crate::stream::record::{RecordError, RecordReader};
 use crate::stream::Channel;
 
 /// The baseline's report: its name, settings and prequential figures.
@@ -40,15 +39,15 @@ pub fn online_lr(
     tau: f64,
     window: usize,
     limits: &EventLimits,
-) -> Result<BaselineReport, CliError> {
-    let reader = RecordReader::open(path).map_err(|e| CliError::file(path, e))?;
+) -> Result<BaselineReport, RecordError> {
+    let reader = RecordReader::open(path)?;
     let mut prequential = Prequential::new(block, tau);
     let mut model: Option<OnlineLogistic> = None;
     let mut learned = false;
     let mut quantile = RollingQuantile::new(tau, window);
     let mut dense = Vec::new();
     for record in reader {
-        let record = record.map_err(|e| CliError::file(path, e))?;
+        let record = record?;
         let Ok(event) = parse_event(
             &record.payload,
             model.as_ref().map(OnlineLogistic::dim),
