@@ -725,6 +725,109 @@ fn a_trainer_publishes_a_large_model_and_a_scorer_takes_over_from_a_killed_one()
     }
 }
 
+/// `records` with ids `<tag>-<i>` and event times from `start` on, one ms apart, positives
+/// spread evenly among the unlabeled events.
+fn interleaved(records: Vec<Record>, tag: &str, start: i64) -> Vec<Record> {
+    let (positives, unlabeled): (Vec<Record>, Vec<Record>) = records
+        .into_iter()
+        .partition(|r| r.channel == Channel::Positive);
+    let every = (unlabeled.len() / positives.len().max(1)).max(1);
+    let mut positives = positives.into_iter();
+    let mut merged = Vec::new();
+    for (i, u) in unlabeled.into_iter().enumerate() {
+        if i % every == 0 {
+            merged.extend(positives.next());
+        }
+        merged.push(u);
+    }
+    merged.extend(positives);
+    merged
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut event: Value = serde_json::from_slice(&r.payload).expect("event JSON");
+            let (id, ts) = (format!("{tag}-{i}"), start + i as i64);
+            event["id"] = id.clone().into();
+            event["ts"] = ts.into();
+            let payload = serde_json::to_vec(&event).expect("JSON");
+            Record::new(r.channel, ts, Some(id), payload)
+        })
+        .collect()
+}
+
+/// A trainer's fresh thresholds reach its scorers: new labelled positives make it recalibrate
+/// the active model's pu-umbrella threshold every `recalibrate.every` (25) of them and publish
+/// the model again with a higher `threshold_version` header, which the scorer installs (its
+/// `neyman_threshold_version` follows the trainer's).
+#[test]
+fn a_scorer_follows_the_trainers_fresh_thresholds() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tau = ("NEYMAN_MODEL_TAU", "0.2");
+    publish(&broker, dir.path(), &pu_stream(30, 300, 1500, 0.38), &[]);
+    let trainer = Daemon::start(
+        &broker,
+        &dir.path().join("trainer"),
+        &[
+            tau,
+            ("NEYMAN_KAFKA_ROLE", "trainer"),
+            ("NEYMAN_RETRAIN_MIN_POSITIVE", "300"),
+            ("NEYMAN_RETRAIN_MIN_UNLABELED", "1500"),
+            // No retrain after the first: only fresh thresholds change what scores.
+            ("NEYMAN_RETRAIN_EVERY_EVENTS", "1000000"),
+        ],
+    );
+    let mut scorer = Daemon::start(
+        &broker,
+        &dir.path().join("scorer"),
+        &[("NEYMAN_KAFKA_ROLE", "scorer"), tau],
+    );
+    scorer.wait_for("a model from the trainer", |m| {
+        sample(m, "neyman_model_version").unwrap_or(0.0) >= 1.0
+    });
+    let start = 1_767_225_600_000 + 100_000;
+    let fresh = interleaved(pu_stream(30, 100, 1000, 0.38), "fresh", start);
+    publish(&broker, dir.path(), &fresh, &[]);
+    let versions = |d: &Daemon| {
+        let m = d.metrics();
+        (
+            sample(&m, "neyman_model_version").unwrap_or(0.0),
+            sample(&m, "neyman_threshold_version").unwrap_or(0.0),
+        )
+    };
+    let deadline = Instant::now() + DEADLINE;
+    let last = loop {
+        let (trained, scoring) = (versions(&trainer), versions(&scorer));
+        if trained.1 >= 2.0 && trained == scoring {
+            break trained.1;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the scorer serves {scoring:?}, the trainer {trained:?}:\n{}",
+            scorer.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The trained model, then its fresh thresholds (those made within one batch of input
+    // go out as the newest only).
+    // (One key, the configuration's: read until the topic is quiet.)
+    let headers: Vec<u64> = read_topic(&broker, "neyman.models", 1)
+        .iter()
+        .filter_map(|m| m.headers.get("threshold_version")?.parse().ok())
+        .collect();
+    assert_eq!(headers.first(), Some(&0), "{headers:?}");
+    assert!(headers.windows(2).all(|w| w[0] < w[1]), "{headers:?}");
+    assert_eq!(headers.last().map(|&v| v as f64), Some(last), "{headers:?}");
+    let (status, log) = scorer.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    assert!(
+        log.contains(&format!("\"threshold_version\":{last}")),
+        "{log}"
+    );
+    let (status, log) = trainer.terminate();
+    assert!(status.success(), "{status}\n{log}");
+}
+
 #[test]
 fn a_model_over_model_max_bytes_is_not_published_and_is_counted() {
     let broker = Broker::start();

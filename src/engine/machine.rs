@@ -1439,7 +1439,20 @@ impl Engine {
     /// configuration and dimension, newer than the active one, finite, and pass the gate's
     /// data-free checks (`certify`). Events waiting for a first model are scored.
     /// Returns the version installed, or why not.
+    ///
+    /// The trainer also publishes its fresh thresholds (step 7 of the README's *How the daemon
+    /// works*): the active model again with a higher `threshold_version`. That replaces the
+    /// active model's threshold when the version and every coefficient are the active one's,
+    /// with the trainer's policy: a fresh threshold that flags none of its fresh positives is
+    /// installed all the same (the old one no longer holds τ).
     pub fn install_remote(&mut self, stored: StoredModel) -> Result<u64, String> {
+        if let Some(active) = self.registry.active() {
+            if stored.meta.version == active.meta.version
+                && stored.threshold_version > active.threshold_version
+            {
+                return self.install_remote_threshold(&active, stored);
+            }
+        }
         let n = stored.meta.n_features;
         if let Some(d) = self.dim.filter(|&d| d != n) {
             return Err(format!("it has {n} features, the stream {d}"));
@@ -1479,6 +1492,38 @@ impl Engine {
         self.registry.install(stored);
         self.reset_drift(Vec::new(), None);
         self.flush_pending().map_err(|e| e.to_string())?;
+        Ok(version)
+    }
+
+    /// A fresh threshold of the active model from its trainer ([`Engine::install_remote`]).
+    fn install_remote_threshold(
+        &mut self,
+        active: &StoredModel,
+        stored: StoredModel,
+    ) -> Result<u64, String> {
+        if stored.meta.config_fingerprint != active.meta.config_fingerprint
+            || stored.model.expansion() != active.model.expansion()
+        {
+            return Err(format!(
+                "threshold version {} of model {} does not carry the active model's coefficients",
+                stored.threshold_version, stored.meta.version
+            ));
+        }
+        let Some(threshold) = stored.model.threshold().cloned() else {
+            return Err("a fresh threshold without a threshold".into());
+        };
+        if !threshold.threshold.is_finite() {
+            return Err("a non-finite fresh threshold".into());
+        }
+        let mut copy = active.scoring_only();
+        copy.model.set_threshold(threshold);
+        copy.threshold_version = stored.threshold_version;
+        let version = copy.meta.version;
+        let Some(installed) = self.registry.replace_active(copy) else {
+            return Err(format!("model {version} is no longer active"));
+        };
+        installed.publish(&self.metrics);
+        self.set_stale(false);
         Ok(version)
     }
 
@@ -2417,15 +2462,26 @@ mod tests {
         assert!(t.tpr_estimate.is_some_and(|tpr| tpr > 0.0), "{t:?}");
     }
 
-    /// Unlabeled events whose features all grow by half (a covariate shift) move the active
-    /// model's scores: the detector fires within a window, marks the certificate stale and
-    /// asks for a retrain at once; the swap that follows makes the certificate fresh again.
-    /// The unshifted stream before it raised no alarm.
+    /// Unlabeled events whose features all triple (a covariate shift) move the active model's
+    /// scores: the detector fires within a window, marks the certificate stale and asks for a
+    /// retrain at once; the swap that follows makes the certificate fresh again. The unshifted
+    /// stream before it raised no alarm.
     #[test]
     fn a_covariate_shift_is_detected_and_marks_the_certificate_stale_until_a_swap() {
+        check_covariate_shift("features = false\n", "scores");
+    }
+
+    /// The same shift moves the feature means, which the `features` signal (on by default)
+    /// sees first here; it acts as the `scores` one.
+    #[test]
+    fn a_covariate_shift_of_the_feature_means_is_a_drift_too() {
+        check_covariate_shift("", "features");
+    }
+
+    fn check_covariate_shift(drift_keys: &str, signal: &str) {
         let dir = tempfile::tempdir().expect("temp dir");
-        let extra = "[drift]\nwindow = 200\nevery = 20\n";
-        let (mut e, registry) = engine_with(dir.path(), extra, Box::new(Discard));
+        let extra = format!("[drift]\nwindow = 200\nevery = 20\n{drift_keys}");
+        let (mut e, registry) = engine_with(dir.path(), &extra, Box::new(Discard));
         let version = feed_until_first_model(&mut e, &registry);
         e.config.retrain.every_events = 1_000_000;
         let records: Vec<Record> = RecordReader::open(std::path::Path::new(STREAM))
@@ -2433,12 +2489,7 @@ mod tests {
             .map(|r| r.expect("record"))
             .filter(|r| r.channel == Channel::Unlabeled)
             .collect();
-        let detections = |e: &Engine| {
-            e.metrics
-                .drift_detected
-                .with_label_values(&["scores"])
-                .get()
-        };
+        let detections = |e: &Engine| e.metrics.drift_detected.with_label_values(&[signal]).get();
         let mut ts = e.newest_ts.expect("clock");
         let mut resend = |e: &mut Engine, record: &Record, scale: f64, tag: &str| {
             let mut event: serde_json::Value =
@@ -2540,6 +2591,45 @@ mod tests {
         assert!(memory(&e).is_none(), "a TPR drop forgets the depth");
         e.retrain();
         assert_eq!(searches(&e), 3);
+    }
+
+    /// A scorer takes its trainer's fresh thresholds: the active model again with a higher
+    /// `threshold_version` replaces the threshold only; an older threshold version, or other
+    /// coefficients under the same model version, are refused.
+    #[test]
+    fn a_scorer_installs_the_fresh_thresholds_of_its_active_model() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut trainer, trained) = engine(dir.path(), "");
+        feed_until_first_model(&mut trainer, &trained);
+        let active = trained.active().expect("model");
+        let scorer_dir = tempfile::tempdir().expect("temp dir");
+        let (mut scorer, registry) = engine(scorer_dir.path(), "");
+        let version = active.meta.version;
+        assert_eq!(scorer.install_remote(active.scoring_only()), Ok(version));
+        let mut fresh = active.scoring_only();
+        let mut threshold = fresh.model.threshold().cloned().expect("threshold");
+        threshold.threshold += 0.25;
+        fresh.model.set_threshold(threshold.clone());
+        fresh.threshold_version = 3;
+        assert_eq!(scorer.install_remote(fresh.clone()), Ok(version));
+        let now = registry.active().expect("model");
+        assert_eq!(now.threshold_version, 3);
+        assert_eq!(now.model.threshold(), Some(&threshold));
+        assert_eq!(scorer.metrics.threshold_version.get(), 3);
+        assert_eq!(registry.models().len(), 1, "the same model, not a new one");
+        let mut older = fresh.clone();
+        older.threshold_version = 2;
+        assert!(scorer.install_remote(older).is_err());
+        let mut other = fresh.clone();
+        other.threshold_version = 4;
+        if let Model::Usmo(entry) = &mut other.model {
+            entry.fit.expansion.coef[0] += 1.0;
+        }
+        let refused = scorer
+            .install_remote(other)
+            .expect_err("other coefficients");
+        assert!(refused.contains("coefficients"), "{refused}");
+        assert_eq!(registry.active().expect("model").threshold_version, 3);
     }
 
     #[test]

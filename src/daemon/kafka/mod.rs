@@ -400,16 +400,20 @@ pub fn run(
     let mut last_commit = Instant::now();
     // Every message is read into this one record (its buffers reused).
     let mut record = Record::new(Channel::Unlabeled, 0, None, Vec::new());
+    // A resumed model was published by the run that trained it.
+    let mut published = engine
+        .active()
+        .map(|m| (m.meta.version, m.threshold_version));
     while !stop.load(Ordering::SeqCst) {
         lp.drain_deliveries()?;
         if let Some(result) = trainer.as_ref().and_then(Trainer::poll) {
             if let Some(t) = trainer.take() {
                 let _ = t.handle.join();
             }
-            if finish_training(&mut engine, result) {
-                lp.publish_model(&engine);
-            }
+            finish_training(&mut engine, result);
         }
+        // A swapped-in model, or a fresh threshold made while the last batch was handled.
+        lp.publish_changes(&engine, &mut published);
         lp.read_models(&mut engine);
         if trainer.is_none() && engine.retrain_wanted() && !lp.restoring() {
             if let Some(job) = engine.due_retrain() {

@@ -1,11 +1,12 @@
-//! The models topic: a trainer publishes every model it swaps in, scorers install them.
+//! The models topic: a trainer publishes every model it swaps in and every fresh threshold of
+//! its active model (header `threshold_version`), scorers install them.
 
 use std::time::Duration;
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::BaseConsumer;
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 
 use super::{log_librdkafka, Loop};
@@ -63,7 +64,20 @@ pub(super) enum ModelLink {
 impl Loop {
     /// Trainer: publishes the active model (just swapped in) to the models topic, keyed by
     /// its configuration fingerprint so that compaction keeps the newest per configuration.
-    pub(super) fn publish_model(&self, engine: &Engine) {
+    /// Publishes the active model when it (or its threshold) is not the one `published` last;
+    /// `published` becomes its (version, threshold_version).
+    pub(super) fn publish_changes(&self, engine: &Engine, published: &mut Option<(u64, u64)>) {
+        let Some(model) = engine.active() else {
+            return;
+        };
+        let current = Some((model.meta.version, model.threshold_version));
+        if current != *published {
+            *published = current;
+            self.publish_model(engine);
+        }
+    }
+
+    fn publish_model(&self, engine: &Engine) {
         let ModelLink::Publish {
             producer,
             topic,
@@ -102,10 +116,16 @@ impl Loop {
         }
         let key = format!("{:016x}", model.meta.config_fingerprint);
         let version_text = version.to_string();
-        let headers = OwnedHeaders::new().insert(Header {
-            key: "model_version",
-            value: Some(&version_text),
-        });
+        let threshold_text = model.threshold_version.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "model_version",
+                value: Some(&version_text),
+            })
+            .insert(Header {
+                key: "threshold_version",
+                value: Some(&threshold_text),
+            });
         let record = BaseRecord::with_opaque_to(topic, Box::new(version))
             .key(&key)
             .payload(&bytes)
@@ -134,11 +154,26 @@ impl Loop {
                 }
             };
             let decoded = StoredModel::from_wire(message.payload().unwrap_or_default(), *max_bytes);
-            match decoded
-                .map_err(|e| e.to_string())
-                .and_then(|m| engine.install_remote(m))
-            {
-                Ok(version) => tracing::info!(version, "model from the models topic installed"),
+            // The threshold version travels as a header (the model file does not carry it);
+            // a message without one is the threshold the model was trained with.
+            let threshold_version = message
+                .headers()
+                .and_then(|headers| {
+                    headers
+                        .iter()
+                        .find(|h| h.key == "threshold_version")
+                        .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse::<u64>().ok())
+                })
+                .unwrap_or(0);
+            match decoded.map_err(|e| e.to_string()).and_then(|mut m| {
+                m.threshold_version = threshold_version;
+                engine.install_remote(m)
+            }) {
+                Ok(version) => tracing::info!(
+                    version,
+                    threshold_version,
+                    "model from the models topic installed"
+                ),
                 Err(reason) => tracing::warn!(
                     offset = message.offset(),
                     %reason,

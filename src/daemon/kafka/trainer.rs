@@ -3,7 +3,7 @@
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use crate::engine::machine::{Engine, RetrainJob, RetrainOutcome, TrainedRetrain};
+use crate::engine::machine::{Engine, RetrainJob, TrainedRetrain};
 
 pub(super) struct Trainer {
     pub(super) handle: JoinHandle<()>,
@@ -42,15 +42,11 @@ impl Trainer {
     }
 }
 
-pub(super) fn finish_training(engine: &mut Engine, result: Result<TrainedRetrain, String>) -> bool {
+pub(super) fn finish_training(engine: &mut Engine, result: Result<TrainedRetrain, String>) {
     match result {
-        Ok(trained) => matches!(
-            engine.complete_retrain(trained),
-            RetrainOutcome::Swapped { .. }
-        ),
-        Err(detail) => {
-            engine.abandon_retrain(detail);
-            false
+        Ok(trained) => {
+            engine.complete_retrain(trained);
         }
+        Err(detail) => engine.abandon_retrain(detail),
     }
 }
