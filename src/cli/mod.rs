@@ -35,7 +35,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::config::LoadedConfig;
-use crate::data::{read, DataError, Dataset, Label, Rows};
+use crate::data::{read, DataError, Dataset, Rows};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::model::{Fingerprint, Model, ModelError};
 use crate::learn::prior::resolve_training_prior;
@@ -231,11 +231,7 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         data.negatives_as_unlabeled();
     }
     if args.data.unlabeled_as_negative {
-        data.labels.iter_mut().for_each(|l| {
-            if *l == Label::Unlabeled {
-                *l = Label::Negative;
-            }
-        });
+        data.unlabeled_as_negatives();
     }
     let n_features = data.rows.n_features();
     let spec = args.learner_spec()?;

@@ -71,8 +71,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
-use super::args::DEFAULT_REG;
-use super::args::{AlgorithmName, CompareArg, EvalArgs, ModelArgs, ReportFormat, ThresholdName};
+use super::args::{
+    AlgorithmName, CompareArg, EvalArgs, ModelArgs, ReportFormat, ThresholdName, DEFAULT_REG,
+};
 use super::baselines::svm_cells;
 use super::eval::{choose_lambda, run_repeats, stratified_split, transductive};
 use super::np_cells::{Cell, Method, Plan, TestPart};
@@ -127,11 +128,7 @@ fn scaled(data: &Dataset, rows: Rows) -> Dataset {
 /// `data` with its unlabeled rows counted as negatives.
 pub(super) fn unlabeled_as_negative(data: &Dataset) -> Dataset {
     let mut out = data.clone();
-    out.labels.iter_mut().for_each(|l| {
-        if *l == Label::Unlabeled {
-            *l = Label::Negative;
-        }
-    });
+    out.unlabeled_as_negatives();
     out
 }
 
@@ -340,17 +337,12 @@ fn tfpl_setup(
         RankTau::Value(v) => v,
         RankTau::Auto => {
             let reg = args.model.reg.unwrap_or(DEFAULT_REG);
-            let train = prep.data.select(&prep.rows);
-            let pu_prior = match train.count(Label::Negative) {
-                0 => spec.prior_interval,
-                _ => None,
-            };
             let params = tfpl_params(&args.model, tau, reg, n_features)?;
             choose_rank_tau(
                 &params,
                 tau,
-                &train,
-                pu_prior,
+                &prep.data.select(&prep.rows),
+                spec.prior_interval,
                 None,
                 seed ^ RANK_SALT,
                 cancel,

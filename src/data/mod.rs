@@ -141,6 +141,15 @@ impl Dataset {
         Ok(self.select(&(start..end).collect::<Vec<_>>()))
     }
 
+    /// Turns every unlabeled row into a negative (unlabeled rows standing in for negatives).
+    pub fn unlabeled_as_negatives(&mut self) {
+        for label in &mut self.labels {
+            if *label == Label::Unlabeled {
+                *label = Label::Negative;
+            }
+        }
+    }
+
     /// Turns every negative label into unlabeled (a labelled set used as PU data).
     pub fn negatives_as_unlabeled(&mut self) {
         for label in &mut self.labels {

@@ -525,7 +525,7 @@ impl Engine {
             p_value = detection.p_value,
             "drift detected on the unlabeled scores; the certificate is stale until the next model or fresh threshold"
         );
-        self.drift_detected("scores");
+        self.unlabeled_drift_detected("scores");
     }
 
     /// A shift of the unlabeled events' feature means: handled as a drift of the scores.
@@ -538,10 +538,11 @@ impl Engine {
             p_value = detection.p_value,
             "drift detected on the unlabeled feature means; the certificate is stale until the next model or fresh threshold"
         );
-        self.drift_detected("features");
+        self.unlabeled_drift_detected("features");
     }
 
-    /// What a `scores` or `features` detection does (see [`Engine::on_drift`]).
+    /// What every detection does: counted under `signal`, the certificate stale, a retrain at
+    /// once, and τ-FPL's ranking depth searched again.
     fn drift_detected(&mut self, signal: &str) {
         self.metrics
             .drift_detected
@@ -550,6 +551,12 @@ impl Engine {
         self.set_stale(true);
         self.early_retrain = true;
         self.forget_rank_choice();
+    }
+
+    /// A `scores` or `features` detection (see [`Engine::on_drift`]): also the fresh-threshold
+    /// counts and both unlabeled detectors start again, so one change fires once.
+    fn unlabeled_drift_detected(&mut self, signal: &str) {
+        self.drift_detected(signal);
         self.negatives_since_calibration = 0;
         self.positives_since_calibration = 0;
         if let Some(drift) = &mut self.drift {
@@ -615,13 +622,7 @@ impl Engine {
             p_value,
             "drift detected on the negative feedback: the threshold flags more than tau of the newest negatives; recalibrating on them"
         );
-        self.metrics
-            .drift_detected
-            .with_label_values(&["feedback"])
-            .inc();
-        self.set_stale(true);
-        self.early_retrain = true;
-        self.forget_rank_choice();
+        self.drift_detected("feedback");
         self.calibration_since = since;
         if self.config.recalibrate.enabled {
             self.recalibrate();

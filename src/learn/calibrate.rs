@@ -188,11 +188,7 @@ impl Algorithm {
                     None
                 };
                 if stand_in.is_some() {
-                    train.labels.iter_mut().for_each(|l| {
-                        if *l == Label::Unlabeled {
-                            *l = Label::Negative;
-                        }
-                    });
+                    train.unlabeled_as_negatives();
                 }
                 let algorithm = stand_in.as_ref().unwrap_or(self);
                 let fit = algorithm.fit(previous, &train, cancel)?;
@@ -416,11 +412,7 @@ mod tests {
 
         // The same positives-against-unlabeled problem ranked at τ itself: w* = 0.
         let mut pu = data.clone();
-        pu.labels.iter_mut().for_each(|l| {
-            if *l == Label::Unlabeled {
-                *l = Label::Negative;
-            }
-        });
+        pu.unlabeled_as_negatives();
         let degenerate = params.fit(&pu, &cancel).unwrap();
         assert!(
             1.0 - degenerate.report.dual_objective <= 1e-9,

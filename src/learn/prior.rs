@@ -201,11 +201,7 @@ pub fn bounds_from_held_out(
     let solver = learner.solver(data.rows.n_features())?;
     let mut train = data.select(train);
     if solver.trains_on_negatives() {
-        for l in &mut train.labels {
-            if *l == Label::Unlabeled {
-                *l = Label::Negative;
-            }
-        }
+        train.unlabeled_as_negatives();
     }
     let scaler = learner.scaler(&train);
     let scaled_train = Dataset {

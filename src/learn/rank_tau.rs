@@ -71,25 +71,26 @@ pub struct RankChoice {
 }
 
 /// Chooses the ranking depth for FPR level `tau` on the (scaled) training rows `data`.
-/// `params` gives everything but the depth. `pu_prior` is the prior interval when `data` has
-/// no negatives (its unlabeled rows then stand in for them). `previous` warm-starts the first
-/// fit. The search stops at the first cancelled fit and chooses among the depths fitted so far.
+/// `params` gives everything but the depth. When `data` has no negatives its unlabeled rows
+/// stand in for them, over `prior_interval` (without one there is nothing to rank against:
+/// [`TfplError::NoNegatives`]). `previous` warm-starts the first fit. The search stops at the
+/// first cancelled fit and chooses among the depths fitted so far.
 pub fn choose_rank_tau(
     params: &TfplValidParams,
     tau: f64,
     data: &Dataset,
-    pu_prior: Option<(f64, f64)>,
+    prior_interval: Option<(f64, f64)>,
     previous: Option<&TfplModel>,
     seed: u64,
     cancel: &AtomicBool,
 ) -> Result<RankChoice, TfplError> {
+    let pu_prior = match data.count(Label::Negative) {
+        0 => Some(prior_interval.ok_or(TfplError::NoNegatives)?),
+        _ => None,
+    };
     let mut data = data.clone();
     if pu_prior.is_some() {
-        data.labels.iter_mut().for_each(|l| {
-            if *l == Label::Unlabeled {
-                *l = Label::Negative;
-            }
-        });
+        data.unlabeled_as_negatives();
     }
     let folds = stratified_folds(&data.labels, VALIDATION_FOLDS, seed);
     let (mut fit_rows, mut val_pos, mut val_neg) = (Vec::new(), Vec::new(), Vec::new());
@@ -128,17 +129,16 @@ pub fn choose_rank_tau(
         let fit = solver.fit_with(warm.as_ref(), &train, cancel)?;
         let degenerate = fit.report.degenerate();
         let validation_tpr = validated.then(|| {
+            if degenerate {
+                return 0.0;
+            }
             let mut sp = vec![0.0; val_pos.n_rows()];
             let mut sn = vec![0.0; val_neg.n_rows()];
             fit.expansion.decision_batch(&val_pos, &mut sp);
             fit.expansion.decision_batch(&val_neg, &mut sn);
-            if degenerate {
-                0.0
-            } else {
-                match prior {
-                    Some(prior) => pu_tpr_at_fpr(&sp, &sn, tau, prior),
-                    None => 1.0 - tau_rank_loss(&sp, &sn, tau).unwrap_or(1.0),
-                }
+            match prior {
+                Some(prior) => pu_tpr_at_fpr(&sp, &sn, tau, prior),
+                None => 1.0 - tau_rank_loss(&sp, &sn, tau).unwrap_or(1.0),
             }
         });
         tried.push(RankTried {

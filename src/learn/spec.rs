@@ -222,16 +222,16 @@ pub type PriorEnd = NumberOrAuto;
 pub type RankTau = NumberOrAuto;
 
 impl NumberOrAuto {
-    /// The number, if this end is one.
+    /// The number, if it is one.
     pub fn value(self) -> Option<f64> {
         match self {
-            PriorEnd::Value(v) => Some(v),
-            PriorEnd::Auto => None,
+            NumberOrAuto::Value(v) => Some(v),
+            NumberOrAuto::Auto => None,
         }
     }
 
     pub fn is_auto(self) -> bool {
-        self == PriorEnd::Auto
+        self == NumberOrAuto::Auto
     }
 }
 
@@ -239,10 +239,10 @@ impl std::str::FromStr for NumberOrAuto {
     type Err = String;
     fn from_str(s: &str) -> Result<NumberOrAuto, String> {
         if s == "auto" {
-            return Ok(PriorEnd::Auto);
+            return Ok(NumberOrAuto::Auto);
         }
         match s.parse::<f64>() {
-            Ok(v) if v > 0.0 && v < 1.0 => Ok(PriorEnd::Value(v)),
+            Ok(v) if v > 0.0 && v < 1.0 => Ok(NumberOrAuto::Value(v)),
             _ => Err(format!(
                 "expected a number in (0, 1) or \"auto\", got \"{s}\""
             )),
@@ -253,8 +253,8 @@ impl std::str::FromStr for NumberOrAuto {
 impl std::fmt::Display for NumberOrAuto {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PriorEnd::Value(v) => write!(f, "{v}"),
-            PriorEnd::Auto => f.write_str("auto"),
+            NumberOrAuto::Value(v) => write!(f, "{v}"),
+            NumberOrAuto::Auto => f.write_str("auto"),
         }
     }
 }
@@ -262,8 +262,8 @@ impl std::fmt::Display for NumberOrAuto {
 impl serde::Serialize for NumberOrAuto {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            PriorEnd::Value(v) => s.serialize_f64(*v),
-            PriorEnd::Auto => s.serialize_str("auto"),
+            NumberOrAuto::Value(v) => s.serialize_f64(*v),
+            NumberOrAuto::Auto => s.serialize_str("auto"),
         }
     }
 }
@@ -277,17 +277,17 @@ impl<'de> serde::Deserialize<'de> for NumberOrAuto {
                 f.write_str("a number in (0, 1) or \"auto\"")
             }
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<NumberOrAuto, E> {
-                Ok(PriorEnd::Value(v))
+                Ok(NumberOrAuto::Value(v))
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<NumberOrAuto, E> {
-                Ok(PriorEnd::Value(v as f64))
+                Ok(NumberOrAuto::Value(v as f64))
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<NumberOrAuto, E> {
-                Ok(PriorEnd::Value(v as f64))
+                Ok(NumberOrAuto::Value(v as f64))
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<NumberOrAuto, E> {
                 if v == "auto" {
-                    Ok(PriorEnd::Auto)
+                    Ok(NumberOrAuto::Auto)
                 } else {
                     Err(E::invalid_value(serde::de::Unexpected::Str(v), &self))
                 }
@@ -586,13 +586,10 @@ impl Learner {
         if s.rank_tau != RankTau::Auto {
             return Ok((self, None));
         }
-        let pu_prior = match scaled.count(Label::Negative) {
-            0 => match threshold.prior_interval() {
-                Some(interval) => Some(interval),
-                None => return Ok((self, None)),
-            },
-            _ => None,
-        };
+        let prior_interval = threshold.prior_interval();
+        if prior_interval.is_none() && scaled.count(Label::Negative) == 0 {
+            return Ok((self, None));
+        }
         let params = s.params(
             threshold.tau,
             &self.kernel,
@@ -607,7 +604,7 @@ impl Learner {
             &params,
             threshold.tau,
             &scaled.select(&training_rows(held_out)),
-            pu_prior,
+            prior_interval,
             previous,
             self.seed,
             cancel,
