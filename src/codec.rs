@@ -167,6 +167,12 @@ impl Fnv1a {
         }
     }
 
+    /// One 64-bit word in one step (FNV-1a's step with the word in place of a byte): eight
+    /// times cheaper than its bytes, for bulk numbers where byte-level mixing buys nothing.
+    pub fn write_word(&mut self, word: u64) {
+        self.0 = (self.0 ^ word).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+
     pub fn finish(&self) -> u64 {
         self.0
     }

@@ -14,7 +14,7 @@ use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::prequential::Prequential;
 use crate::engine::scoring::ScoreOutput;
 use crate::stream::dlq::{DlqRecord, DlqWriter};
-use crate::stream::record::{Record, RecordReader};
+use crate::stream::record::{Record, RecordError, RecordReader};
 use crate::stream::Channel;
 
 /// Scores as JSON lines to a writer (a file or stdout), dead letters to a [`DlqWriter`].
@@ -144,6 +144,36 @@ pub fn open(path: &Path) -> Result<RecordReader, DaemonError> {
     RecordReader::open(path).map_err(|e| DaemonError::file(path, e))
 }
 
+/// Records per batch handed from the reading thread to the engine.
+const READ_AHEAD_BATCH: usize = 256;
+
+/// Batches in flight between the reading thread and the engine (a bound on the memory the
+/// read-ahead holds: a few thousand records).
+const READ_AHEAD_BATCHES: usize = 16;
+
+/// Decompresses and parses the stream's lines on a thread of their own, in file order, so
+/// that this work overlaps the engine's (on a 1 M-event replay it was a fifth of the loop).
+/// An error is handed on in its place like a record; the thread ends at the end of input or
+/// when the receiver is dropped.
+fn read_ahead(
+    reader: RecordReader,
+) -> (
+    std::sync::mpsc::Receiver<Vec<Result<Record, RecordError>>>,
+    std::thread::JoinHandle<()>,
+) {
+    let (sender, receiver) = std::sync::mpsc::sync_channel(READ_AHEAD_BATCHES);
+    let reading = std::thread::spawn(move || {
+        let mut reader = reader;
+        loop {
+            let batch: Vec<_> = reader.by_ref().take(READ_AHEAD_BATCH).collect();
+            if batch.is_empty() || sender.send(batch).is_err() {
+                return;
+            }
+        }
+    });
+    (receiver, reading)
+}
+
 /// Feeds every record to the engine until the end of input or `stop`; then emits what still
 /// waits for a model as unscored (`shutdown`) and flushes the sinks. With a `tracker`, each
 /// labelled record is shown to it before the engine sees it. Waits for a first model
@@ -160,7 +190,8 @@ pub fn run(
     let started = Instant::now();
     let mut first_ts = None;
     let mut handled = 0u64;
-    for record in reader {
+    let (batches, reading) = read_ahead(reader);
+    for record in batches.iter().flatten() {
         if stop.load(Ordering::SeqCst) {
             break;
         }
@@ -183,6 +214,13 @@ pub fn run(
         }
         engine.handle(&record).map_err(DaemonError::runtime)?;
         handled += 1;
+    }
+    // Dropping the receiver ends the reading thread at its next batch.
+    drop(batches);
+    if reading.join().is_err() {
+        return Err(DaemonError::runtime(
+            "the recorded stream's reading thread panicked",
+        ));
     }
     engine.finish().map_err(DaemonError::runtime)?;
     tracing::info!(events = handled, "end of the recorded stream");

@@ -109,20 +109,27 @@ struct Sums {
 
 impl Sums {
     fn add(&mut self, row: RowRef<'_>) {
-        let mut add_one = |j: usize, v: f64| {
-            if self.sum.len() <= j {
-                self.sum.resize(j + 1, 0.0);
-                self.sum_sq.resize(j + 1, 0.0);
-            }
-            self.sum[j] += v;
-            self.sum_sq[j] += v * v;
+        let width = match row {
+            RowRef::Dense(values) => values.len(),
+            RowRef::Sparse { indices, .. } => indices.last().map_or(0, |&j| j as usize + 1),
         };
+        if self.sum.len() < width {
+            self.sum.resize(width, 0.0);
+            self.sum_sq.resize(width, 0.0);
+        }
         match row {
-            RowRef::Dense(values) => values.iter().enumerate().for_each(|(j, &v)| add_one(j, v)),
-            RowRef::Sparse { indices, values } => indices
-                .iter()
-                .zip(values)
-                .for_each(|(&j, &v)| add_one(j as usize, v)),
+            RowRef::Dense(values) => {
+                for ((s, q), &v) in self.sum.iter_mut().zip(&mut self.sum_sq).zip(values) {
+                    *s += v;
+                    *q += v * v;
+                }
+            }
+            RowRef::Sparse { indices, values } => {
+                for (&j, &v) in indices.iter().zip(values) {
+                    self.sum[j as usize] += v;
+                    self.sum_sq[j as usize] += v * v;
+                }
+            }
         }
         self.n += 1;
     }

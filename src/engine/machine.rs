@@ -46,6 +46,7 @@ use crate::engine::registry::Registry;
 use crate::engine::scoring::{score_one, ScoreOutput, UnscoredReason};
 use crate::engine::store::{ModelStore, StoreError, StoredModel};
 use crate::engine::window::{in_calibration, Entry, InsertOutcome, Window, WindowConfig};
+use crate::engine::window_scores::{Remembered, WindowScores};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::np_score;
 use crate::learn::model::{Fingerprint, Model, Provenance};
@@ -234,6 +235,8 @@ pub struct Engine {
     /// After a `feedback` detection: fresh thresholds use only events from this event time
     /// on, the change's start as the detection window saw it.
     calibration_since: Option<i64>,
+    /// The active model's scores of window events, for fresh thresholds and the feedback test.
+    window_scores: WindowScores,
     last_retrain_ts: Option<i64>,
     newest_ts: Option<i64>,
     learner: Option<Learner>,
@@ -346,6 +349,7 @@ impl Engine {
             certificate_stale: false,
             feedback_since_test: 0,
             calibration_since: None,
+            window_scores: WindowScores::default(),
             last_retrain_ts: None,
             newest_ts: None,
             learner: None,
@@ -576,7 +580,7 @@ impl Engine {
     /// P(y | x) does). A detection recalibrates at once on the negatives from the tested
     /// ones' oldest event time on.
     fn test_feedback(&mut self) {
-        let config = &self.config.drift;
+        let config = self.config.drift.clone();
         if !config.enabled {
             return;
         }
@@ -592,28 +596,28 @@ impl Engine {
             return;
         };
         // Negatives the model trained on score low; only unseen ones test the threshold.
-        let trained_at = model.meta.trained_at_ms;
         let trains_on_negatives = !matches!(model.model, Model::Usmo(_));
-        let newest = self.newest(
+        let Some(newest) = self.newest_scored(
+            &model,
             Channel::Negative,
-            (trained_at, trains_on_negatives),
+            trains_on_negatives,
             true,
             i64::MIN,
             config.window,
-        );
+        ) else {
+            return;
+        };
         if newest.len() < config.window {
             return;
         }
-        let Some(scores) = score_entries(&model.model, &newest) else {
-            return;
-        };
+        let scores: Vec<f64> = newest.iter().map(|&(_, s)| s).collect();
         let flagged = scores.iter().filter(|&&s| t.is_positive(s)).count();
         let n = scores.len();
         let p_value = binomial_upper_tail(n, flagged, self.config.model.tau);
         if p_value >= config.p_value {
             return;
         }
-        let since = newest.iter().map(|e| e.ts).min();
+        let since = newest.iter().map(|&(ts, _)| ts).min();
         tracing::warn!(
             version = model.meta.version,
             threshold_version = model.threshold_version,
@@ -701,23 +705,99 @@ impl Engine {
         copy_unseen && (entry.ts > trained_at_ms || !trains_on_it)
     }
 
-    /// The newest `limit` events of `channel` from event time `since` on that a model trained
-    /// at `trained` (its time, and whether it trains on this channel) never trained on
-    /// (`fresh`), or did train on, newest first.
-    fn newest(
-        &self,
+    /// The newest `limit` events of `channel` from event time `since` on that `model` (trained
+    /// at its time, and whether it trains on this channel) never trained on (`fresh`), or did
+    /// train on, newest first, as (event time, the model's score); `None` if scoring fails.
+    /// Both facts are remembered per event for the model ([`WindowScores`]).
+    fn newest_scored(
+        &mut self,
+        model: &StoredModel,
         channel: Channel,
-        (trained_at, trains_on_it): (i64, bool),
+        trains_on_it: bool,
         fresh: bool,
         since: i64,
         limit: usize,
-    ) -> Vec<&Entry> {
-        self.windows[channel_index(channel)]
-            .newest_first()
-            .filter(|e| {
-                self.unseen(e, trained_at, trains_on_it) == fresh && (!fresh || e.ts >= since)
-            })
-            .take(limit)
+    ) -> Option<Vec<(i64, f64)>> {
+        let mut cache = std::mem::take(&mut self.window_scores);
+        let scored = self.newest_scored_with(
+            &mut cache,
+            model,
+            channel,
+            trains_on_it,
+            fresh,
+            since,
+            limit,
+        );
+        self.window_scores = cache;
+        scored
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn newest_scored_with(
+        &self,
+        cache: &mut WindowScores,
+        model: &StoredModel,
+        channel: Channel,
+        trains_on_it: bool,
+        fresh: bool,
+        since: i64,
+        limit: usize,
+    ) -> Option<Vec<(i64, f64)>> {
+        let trained_at = model.meta.trained_at_ms;
+        cache.belong_to((model.meta.version, trained_at));
+        let c = channel_index(channel);
+        let window = &self.windows[c];
+        let mut picked: Vec<(u64, &Entry)> = Vec::new();
+        for (seq, entry) in window.newest_first_with_seq() {
+            if picked.len() == limit {
+                break;
+            }
+            if fresh && entry.ts < since {
+                continue;
+            }
+            let unseen = match cache.get(c, seq) {
+                Some(remembered) => remembered.unseen,
+                None => {
+                    let unseen = self.unseen(entry, trained_at, trains_on_it);
+                    cache.set(
+                        c,
+                        seq,
+                        Remembered {
+                            unseen,
+                            score: None,
+                        },
+                    );
+                    unseen
+                }
+            };
+            if unseen == fresh {
+                picked.push((seq, entry));
+            }
+        }
+        let unscored: Vec<(u64, &Entry)> = picked
+            .iter()
+            .copied()
+            .filter(|&(seq, _)| cache.get(c, seq).and_then(|r| r.score).is_none())
+            .collect();
+        if !unscored.is_empty() {
+            let entries: Vec<&Entry> = unscored.iter().map(|&(_, e)| e).collect();
+            let scores = score_entries(&model.model, &entries)?;
+            for (&(seq, _), score) in unscored.iter().zip(scores) {
+                let unseen = fresh;
+                cache.set(
+                    c,
+                    seq,
+                    Remembered {
+                        unseen,
+                        score: Some(score),
+                    },
+                );
+            }
+        }
+        cache.prune(c, window.oldest_seq(), window.len());
+        picked
+            .iter()
+            .map(|&(seq, e)| Some((e.ts, cache.get(c, seq)?.score?)))
             .collect()
     }
 
@@ -744,16 +824,24 @@ impl Engine {
             return;
         }
         let pu = current.method == ThresholdMethod::PuUmbrella;
-        let trained_at = active.meta.trained_at_ms;
         let usmo = matches!(active.model, Model::Usmo(_));
         let window = self.config.recalibrate.window;
         // The newest `window` events of a channel the model never trained on (`fresh`), or the
-        // newest it did train on (the PU candidates' source), newest first.
+        // newest it did train on (the PU candidates' source), newest first, with their scores.
         let since = self.calibration_since.unwrap_or(i64::MIN);
-        let newest = |channel: Channel, trains_on_it: bool, fresh: bool| {
-            self.newest(channel, (trained_at, trains_on_it), fresh, since, window)
+        let mut cache = std::mem::take(&mut self.window_scores);
+        let mut newest = |channel: Channel, trains_on_it: bool, fresh: bool| {
+            self.newest_scored_with(
+                &mut cache,
+                &active,
+                channel,
+                trains_on_it,
+                fresh,
+                since,
+                window,
+            )
+            .unwrap_or_default()
         };
-        let score = |entries: &[&Entry]| score_entries(&active.model, entries);
         let negatives = newest(Channel::Negative, !usmo, true);
         let fresh_positives = newest(Channel::Positive, true, true);
         let (tau, delta) = (self.config.model.tau, self.config.model.delta);
@@ -765,35 +853,34 @@ impl Engine {
             Some(ThresholdName::PuUmbrella) => false,
             _ => negatives.len() >= min_negatives || !pu,
         };
+        let scores = |scored: &[(i64, f64)]| scored.iter().map(|&(_, s)| s).collect::<Vec<_>>();
         let mut calibration_positives = fresh_positives.len();
         let fresh = if use_umbrella {
-            let positives = score(&fresh_positives).unwrap_or_default();
-            score(&negatives).and_then(|n| umbrella(&n, tau, delta, Some(&positives)).ok())
+            let positives = scores(&fresh_positives);
+            umbrella(&scores(&negatives), tau, delta, Some(&positives)).ok()
         } else {
             // pu-umbrella compares the positives with the positives among the unlabeled
             // events, so both samples must cover the same span of event time: a held-out
             // positive from before a drift beside post-drift unlabeled events breaks the test.
             let mut unlabeled = newest(Channel::Unlabeled, true, true);
-            let oldest = |entries: &[&Entry]| entries.iter().map(|e| e.ts).min();
+            let trained_positives = newest(Channel::Positive, true, false);
+            let trained_unlabeled = newest(Channel::Unlabeled, true, false);
+            let oldest = |scored: &[(i64, f64)]| scored.iter().map(|&(ts, _)| ts).min();
             let since = oldest(&fresh_positives)
                 .max(oldest(&unlabeled))
                 .unwrap_or(i64::MAX);
             let mut positives = fresh_positives.clone();
-            positives.retain(|e| e.ts >= since);
-            unlabeled.retain(|e| e.ts >= since);
+            positives.retain(|&(ts, _)| ts >= since);
+            unlabeled.retain(|&(ts, _)| ts >= since);
             calibration_positives = positives.len();
-            let trained_positives = newest(Channel::Positive, true, false);
-            let trained_unlabeled = newest(Channel::Unlabeled, true, false);
-            match (
-                score(&positives),
-                score(&unlabeled),
-                score(&trained_positives),
-                score(&trained_unlabeled),
-            ) {
-                (Some(p), Some(u), Some(tp), Some(tu)) => self.fresh_pu_threshold(&p, &u, &tp, &tu),
-                _ => None,
-            }
+            self.fresh_pu_threshold(
+                &scores(&positives),
+                &scores(&unlabeled),
+                &scores(&trained_positives),
+                &scores(&trained_unlabeled),
+            )
         };
+        self.window_scores = cache;
         let (negatives, positives) = (negatives.len(), calibration_positives);
         let Some(fresh) = fresh else {
             tracing::debug!(
@@ -2316,6 +2403,20 @@ mod tests {
         );
         assert_eq!(e.metrics.threshold_version.get(), 8);
         assert_eq!(recalibrations(&e, "recalibrated"), 8);
+        // The remembered scores are the model's scores of the newest unseen negatives.
+        let remembered = e
+            .newest_scored(&active, Channel::Negative, true, true, i64::MIN, 200)
+            .expect("scored");
+        let newest_first = drifted[drifted.len() - 200..].iter().rev();
+        assert_eq!(remembered.len(), 200);
+        for (&(_, cached), (_, event)) in remembered.iter().zip(newest_first) {
+            let score = score_one(&active, event).expect("scored").score;
+            let score = score.expect("score");
+            assert!(
+                (cached - score).abs() <= 1e-12 * score.abs().max(1.0),
+                "{cached} {score}"
+            );
+        }
         let t = active.model.threshold().expect("threshold");
         assert_eq!(t.method, ThresholdMethod::Umbrella);
         assert_eq!(t.calibration_negatives, 200);

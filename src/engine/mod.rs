@@ -8,6 +8,8 @@
 //! - [`window`]: per-channel sliding windows (count, event-time age and byte bounds, dedup by
 //!   id, eviction reports and source low watermarks) and the stable hash that decides which
 //!   events calibrate instead of train ([`window::in_calibration`]).
+//! - [`window_scores`]: the active model's scores of window events (and whether it trained
+//!   on them), remembered between fresh thresholds.
 //! - [`store`]: accepted models and the never-reused version counter in the state directory,
 //!   written atomically.
 //! - [`registry`]: the active model, swapped atomically, and the accepted history for rollback.
@@ -31,6 +33,7 @@ pub mod registry;
 pub mod scoring;
 pub mod store;
 pub mod window;
+pub mod window_scores;
 
 pub use window::{
     fnv1a64, in_calibration, Entry, EvictReason, Evicted, InsertOutcome, Snapshot, SourcePos,

@@ -260,6 +260,17 @@ impl<S: BuildHasher> Window<S> {
         self.entries.iter().rev().map(|s| &s.entry)
     }
 
+    /// The stored events with their insertion sequence numbers (never reused within a
+    /// window), newest insertion first.
+    pub fn newest_first_with_seq(&self) -> impl Iterator<Item = (u64, &Entry)> {
+        self.entries.iter().rev().map(|s| (s.seq, &s.entry))
+    }
+
+    /// The insertion sequence number of the oldest stored event (the next one's when empty).
+    pub fn oldest_seq(&self) -> u64 {
+        self.entries.front().map_or(self.next_seq, |s| s.seq)
+    }
+
     /// The oldest `ts` still allowed, given the newest seen.
     fn cutoff(&self) -> Option<i64> {
         Some(self.newest_ts?.saturating_sub(self.config.max_age_ms?))

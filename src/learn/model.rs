@@ -147,8 +147,8 @@ pub struct TfplEntry {
     pub threshold: Option<ThresholdResult>,
 }
 
-/// A summary of the training rows that identifies them (sizes and an FNV-1a hash of ids, labels
-/// and raw feature values).
+/// A summary of the training rows that identifies them (sizes and an FNV-1a hash of ids and
+/// labels, and of the raw feature values a 64-bit word at a time, [`codec::Fnv1a::write_word`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fingerprint {
     pub n_rows: usize,
@@ -168,7 +168,7 @@ impl Fingerprint {
             h.write(&[0xff, data.labels[i].code() as u8]);
             data.rows.row(i).write_dense(&mut dense);
             for v in &dense {
-                h.write(&v.to_bits().to_le_bytes());
+                h.write_word(v.to_bits());
             }
         }
         Fingerprint {

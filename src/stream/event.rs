@@ -13,7 +13,7 @@
 //! editing it. A rejected message is never dropped silently: its [`Rejection`] carries a stable
 //! [`RejectReason`] that names the dead-letter record and the metric label.
 //!
-//! The common event (`id`, `ts`, dense `x`, nothing else) is read by a one-pass scanner
+//! The common event (`id`, `ts`, dense `x`, an object `meta`) is read by a one-pass scanner
 //! (`scan`) where it reads exactly as serde_json does; everything else takes the serde paths.
 
 use serde::{Deserialize, Serialize};
@@ -378,7 +378,7 @@ fn parse_dense_event(
     })
 }
 
-/// The common event without `meta` read by [`scan::scan`], with the same checks as
+/// The common event read by [`scan::scan`], with the same checks as
 /// [`parse_dense_event`]; `None` for anything else, which then takes the serde paths.
 fn scan_dense_event(
     payload: &[u8],
@@ -390,7 +390,7 @@ fn scan_dense_event(
         id: e.id.to_owned(),
         ts: e.ts,
         x: Features::Dense(e.x),
-        meta: None,
+        meta: e.meta,
     })
 }
 
@@ -998,7 +998,16 @@ mod fast_path_tests {
         "null",
         "3",
     ];
-    const METAS: &[&str] = &["null", "{}", r#"{"label":1}"#, "5", "[]"];
+    const METAS: &[&str] = &[
+        "null",
+        "{}",
+        r#"{"label":1}"#,
+        "5",
+        "[]",
+        r#"{"a":{"b":[1,"}"]},"é":"\u00e9"}"#,
+        r#"{"label":1"#,
+        r#"{"k":1,"k":2}"#,
+    ];
 
     fn payload(fields: &[(usize, usize)], order: &[usize]) -> String {
         let mut parts = Vec::new();
@@ -1159,8 +1168,18 @@ mod fast_path_tests {
         );
         assert_eq!(e.x, Features::Dense(vec![1.0, -0.0025, 0.125, -0.0]));
         assert!(matches!(&e.x, Features::Dense(x) if x[3].is_sign_negative()));
+        let text = r#"{"id":"a","meta": {"k":"v","n":{"}":[1]}} ,"ts":5,"x":[1,2]}"#;
+        let e = scan_dense_event(text.as_bytes(), Some(2), &limits).expect("scanned with meta");
+        assert_eq!(
+            Ok((e.clone(), true)),
+            parse_fields(text, Some(2), &limits, true)
+        );
+        assert_eq!(e.meta.expect("meta")["n"]["}"][0], 1);
         for left in [
-            r#"{"id":"a","ts":5,"x":[1,2],"meta":{"k":"v"}}"#,
+            r#"{"id":"a","ts":5,"x":[1,2],"meta":null}"#,
+            r#"{"id":"a","ts":5,"x":[1,2],"meta":[1]}"#,
+            r#"{"id":"a","ts":5,"x":[1,2],"meta":{"k":}}"#,
+            r#"{"id":"a","ts":5,"x":[1,2],"meta":{},"meta":{}}"#,
             r#"{"id":"a","ts":5,"x":[1,2],"other":0}"#,
             r#"{"id":"a\u0062","ts":5,"x":[1,2]}"#,
             r#"{"id":"a","ts":5,"x":[1,2],"id":"b"}"#,

@@ -356,7 +356,7 @@ fn reduce(
         filled += 1;
         if filled == block.nrows() || i + 1 == m + n {
             let part = block.slice(s![..filled, ..]);
-            general_mat_mul(1.0, &part.t(), &part, 1.0, &mut sww);
+            lower_gram_add(part, &mut sww);
             filled = 0;
         }
     }
@@ -366,7 +366,7 @@ fn reduce(
     let border_column = |c: usize| if c == d { &sgx } else { &sax };
     let corner = |c: usize| if c == d { sum_g } else { sum_a };
     let entry = |r: usize, c: usize| match (r < d, c < d) {
-        (true, true) => sww[[r, c]] + if r == c { reg } else { 0.0 },
+        (true, true) => sww[[r.max(c), r.min(c)]] + if r == c { reg } else { 0.0 },
         (true, false) => -border_column(c)[r],
         (false, true) => -border_column(r)[c],
         (false, false) if r == c => corner(r),
@@ -401,6 +401,29 @@ fn reduce(
         border_solved,
         schur,
     })
+}
+
+/// The lower triangle of `sww` += YᵀY (the upper one is left as it is): half of the general
+/// product's work, and S_ww is most of an iteration's.
+fn lower_gram_add(y: ArrayView2<'_, f64>, sww: &mut Array2<f64>) {
+    let (rows, d) = y.dim();
+    let (Some(y), Some(out)) = (y.as_slice(), sww.as_slice_mut()) else {
+        general_mat_mul(1.0, &y.t(), &y, 1.0, sww);
+        return;
+    };
+    let y = faer::MatRef::from_row_major_slice(y, rows, d);
+    let out = faer::MatMut::from_row_major_slice_mut(out, d, d);
+    faer::linalg::matmul::triangular::matmul(
+        out,
+        faer::linalg::matmul::triangular::BlockStructure::TriangularLower,
+        faer::Accum::Add,
+        y.transpose(),
+        faer::linalg::matmul::triangular::BlockStructure::Rectangular,
+        y,
+        faer::linalg::matmul::triangular::BlockStructure::Rectangular,
+        1.0,
+        faer::Par::Seq,
+    );
 }
 
 fn solve_s(llt: &faer::linalg::solvers::Llt<f64>, rhs: &[f64]) -> Vec<f64> {
