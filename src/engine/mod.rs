@@ -6,8 +6,9 @@
 //! - [`outputs`]: the sink trait for scores and dead letters, each with the input position it
 //!   answers.
 //! - [`window`]: per-channel sliding windows (count, event-time age and byte bounds, dedup by
-//!   id, eviction reports and source low watermarks) and the stable hash that decides which
-//!   events calibrate instead of train ([`window::in_calibration`]).
+//!   id, eviction reports and source low watermarks) and which events calibrate instead of
+//!   train: the stable hash of `model.calibration = "hash"` ([`window::in_calibration`]) or
+//!   the newest of a channel for `"recent"` ([`window::newest_held_out`]).
 //! - [`store`]: accepted models and the never-reused version counter in the state directory,
 //!   written atomically.
 //! - [`registry`]: the active model, swapped atomically, and the accepted history for rollback.
@@ -33,6 +34,6 @@ pub mod store;
 pub mod window;
 
 pub use window::{
-    fnv1a64, in_calibration, Entry, EvictReason, Evicted, InsertOutcome, Snapshot, SourcePos,
-    Window, WindowConfig, WindowError,
+    fnv1a64, in_calibration, newest_held_out, Entry, EvictReason, Evicted, InsertOutcome, Snapshot,
+    SourcePos, Window, WindowConfig, WindowError,
 };
