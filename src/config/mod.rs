@@ -52,7 +52,9 @@ pub use kafka::{
     SASL_MECHANISMS,
 };
 pub use log::{LogConfig, LogFormat};
-pub use model::{AlgorithmName, KernelName, ModelConfig, OobRuleName, ScaleName, ThresholdName};
+pub use model::{
+    AlgorithmName, CalibrationName, KernelName, ModelConfig, OobRuleName, ScaleName, ThresholdName,
+};
 pub use output::OutputConfig;
 pub use recalibrate::RecalibrateConfig;
 pub use retrain::RetrainConfig;

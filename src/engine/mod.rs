@@ -6,8 +6,9 @@
 //! - [`outputs`]: the sink trait for scores and dead letters, each with the input position it
 //!   answers.
 //! - [`window`]: per-channel sliding windows (count, event-time age and byte bounds, dedup by
-//!   id, eviction reports and source low watermarks) and the stable hash that decides which
-//!   events calibrate instead of train ([`window::in_calibration`]).
+//!   id, eviction reports and source low watermarks) and which events calibrate instead of
+//!   train: the stable hash of `model.calibration = "hash"` ([`window::in_calibration`]) or
+//!   the newest of a channel for `"recent"` ([`window::newest_held_out`]).
 //! - [`window_scores`]: the active model's scores of window events (and whether it trained
 //!   on them), remembered between fresh thresholds.
 //! - [`store`]: accepted models and the never-reused version counter in the state directory,
@@ -36,6 +37,6 @@ pub mod window;
 pub mod window_scores;
 
 pub use window::{
-    fnv1a64, in_calibration, Entry, EvictReason, Evicted, InsertOutcome, Snapshot, SourcePos,
-    Window, WindowConfig, WindowError,
+    fnv1a64, in_calibration, newest_held_out, Entry, EvictReason, Evicted, InsertOutcome, Snapshot,
+    SourcePos, Window, WindowConfig, WindowError,
 };

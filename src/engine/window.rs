@@ -430,6 +430,22 @@ pub fn in_calibration(id: &str, percent: u8) -> bool {
     fnv1a64(id.as_bytes()) % 100 < u64::from(percent)
 }
 
+/// Which of one channel's events (`ts[i]`, `ids[i]`) are held out under
+/// `model.calibration = "recent"`: the newest `percent` % by event time, rounded up
+/// (everything at `percent ≥ 100`), ties broken by id (unique within a window), so the choice
+/// is reproducible whatever the arrival order.
+pub fn newest_held_out(ts: &[i64], ids: &[String], percent: u8) -> Vec<bool> {
+    let n = ts.len().min(ids.len());
+    let held = (n * usize::from(percent.min(100))).div_ceil(100);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| (ts[a], &ids[a]).cmp(&(ts[b], &ids[b])));
+    let mut mask = vec![false; n];
+    for &i in &order[n - held..] {
+        mask[i] = true;
+    }
+    mask
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -674,6 +690,23 @@ mod tests {
             .filter(|i| in_calibration(&format!("{i}-0"), 20))
             .count();
         assert!((1800..2200).contains(&held), "{held}");
+    }
+
+    /// `recent` holds out the newest share by (ts, id), rounded up, whatever the input order.
+    #[test]
+    fn recent_calibration_holds_out_the_newest_by_time_then_id() {
+        let ts = [50, 10, 40, 40, 20, 30, 40];
+        let ids: Vec<String> = ["e", "a", "y", "x", "b", "c", "w"]
+            .map(String::from)
+            .to_vec();
+        // 30 % of 7 is 2.1: 3 held out, the newest (50, "e") and the two last ids at 40.
+        assert_eq!(
+            newest_held_out(&ts, &ids, 30),
+            [true, false, true, true, false, false, false]
+        );
+        assert!(newest_held_out(&ts, &ids, 0).iter().all(|h| !h));
+        assert!(newest_held_out(&ts, &ids, 100).iter().all(|&h| h));
+        assert!(newest_held_out(&[], &[], 30).is_empty());
     }
 
     /// fnv1a64(id) mod 100, computed independently of this code (a few lines of Python).

@@ -136,8 +136,9 @@ impl Algorithm {
     /// `held_out[i]` never train the scorer. `umbrella` calibrates on the held-out negatives
     /// (USMO, which never trains on negatives: on every negative); `pu-umbrella` on the
     /// held-out positives and unlabeled rows; `oob` bootstraps the rows that are not held out.
-    /// The daemon holds out by a stable hash of the event id, so an event never trains one
-    /// model and calibrates the next. Also returns the prior bounds that the `auto` ends of
+    /// The daemon holds out by a stable hash of the event id (an event never trains one model
+    /// and calibrates the next) or the newest events of each channel (`model.calibration`).
+    /// Also returns the prior bounds that the `auto` ends of
     /// pu-umbrella's interval were taken from ([`ThresholdSpec::calibration_prior`]).
     pub fn fit_with_held_out(
         &self,
