@@ -1913,7 +1913,13 @@ fn train_rank_tau_auto_leaves_a_depth_with_a_constant_optimum() {
         neyman(&args)
     };
     let train = |extra: &[&str]| run(&[&["--report", "json"], extra].concat()).ok().json();
-    let fixed = train(&["--rank-tau", "0.05"]);
+    let fixed_run = run(&["--report", "json", "--rank-tau", "0.05"]).ok();
+    assert!(
+        fixed_run.stderr.contains("the model is degenerate"),
+        "a constant model is not written silently: {}",
+        fixed_run.stderr
+    );
+    let fixed = fixed_run.json();
     assert_eq!(fixed["degenerate"], true, "{fixed:?}");
     assert_eq!(fixed["rank_tau"], 0.05);
     assert!(fixed.get("rank_tau_search").is_none());
@@ -1928,6 +1934,7 @@ fn train_rank_tau_auto_leaves_a_depth_with_a_constant_optimum() {
         "auto is the default"
     );
     assert_eq!(auto["degenerate"], false, "{auto:?}");
+    assert!(!run(&[]).ok().stderr.contains("degenerate"));
     let search = &auto["rank_tau_search"];
     assert_eq!(search["criterion"], "validation");
     let tried = search["tried"].as_array().expect("tried");

@@ -317,6 +317,14 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         fields.insert("prior_lower_bound".into(), json!(b.lower));
         fields.insert("prior_upper_bound".into(), json!(b.upper));
     }
+    if model.degenerate() {
+        tracing::warn!(
+            rank_tau = %report["rank_tau"],
+            "the model is degenerate: its scores are constant (w = 0 is the τ-FPL optimum at \
+             this ranking depth, docs/tau-fpl.md §4.1), so it ranks nothing; rank deeper \
+             (--rank-tau auto, or a larger value)"
+        );
+    }
     if report["converged"] == json!(false) {
         tracing::warn!(
             iterations = %report["iterations"],
