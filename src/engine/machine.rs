@@ -62,7 +62,7 @@ use crate::learn::threshold::{binomial_upper_tail, umbrella, ThresholdMethod, Th
 use crate::learn::Scorer;
 use crate::stream::dlq::DlqRecord;
 use crate::stream::event::{
-    features_to_rows, parse_event, Event, EventLimits, RejectReason, Rejection,
+    features_to_rows, parse_event, Event, EventLimits, Features, RejectReason, Rejection,
 };
 use crate::stream::record::Record;
 use crate::stream::Channel;
@@ -455,7 +455,25 @@ impl Engine {
 
     /// Parses a message and locks the dimension on the first valid one.
     fn parse(&mut self, record: &Record) -> Result<Event, Rejection> {
-        let event = parse_event(&record.payload, self.dim, &self.limits)?;
+        self.parse_or_take(record, None)
+    }
+
+    /// [`Engine::parse`], taking `parsed` instead when it is the record's payload read as
+    /// [`Engine::preparse`] does and dense with the locked dimension: then reading it again
+    /// with the dimension gives the same event (the dimension only adds its own check for
+    /// dense features). Anything else is read again, so every rejection is the usual one.
+    fn parse_or_take(
+        &mut self,
+        record: &Record,
+        parsed: Option<Event>,
+    ) -> Result<Event, Rejection> {
+        let taken = parsed.filter(|e| {
+            matches!(e.x, Features::Dense(_)) && self.dim.map_or(true, |d| d == e.x.dim())
+        });
+        let event = match taken {
+            Some(event) => event,
+            None => parse_event(&record.payload, self.dim, &self.limits)?,
+        };
         if self.dim.is_none() {
             self.dim = Some(event.x.dim());
             tracing::info!(
@@ -473,6 +491,23 @@ impl Engine {
         self.handle_with_headers(record, || record.headers.clone())
     }
 
+    /// A function that reads payloads as this engine will, without its state, so that a
+    /// driver can do it ahead on another thread; [`Engine::handle_preparsed`] takes its
+    /// result.
+    pub fn preparse(&self) -> impl Fn(&[u8]) -> Option<Event> + Send + 'static {
+        let limits = self.limits;
+        move |payload| parse_event(payload, None, &limits).ok()
+    }
+
+    /// [`Engine::handle`] with the record's payload already read by [`Engine::preparse`].
+    pub fn handle_preparsed(
+        &mut self,
+        record: &Record,
+        parsed: Option<Event>,
+    ) -> Result<(), EngineError> {
+        self.handle_parsed(record, || record.headers.clone(), parsed)
+    }
+
     /// [`Engine::handle`] for a source whose headers cost something to read (librdkafka
     /// parses them on first access): `record.headers` is ignored, and `headers` is called only
     /// for a dead letter, the one output that carries them.
@@ -481,8 +516,17 @@ impl Engine {
         record: &Record,
         headers: impl FnOnce() -> Vec<(String, String)>,
     ) -> Result<(), EngineError> {
+        self.handle_parsed(record, headers, None)
+    }
+
+    fn handle_parsed(
+        &mut self,
+        record: &Record,
+        headers: impl FnOnce() -> Vec<(String, String)>,
+        parsed: Option<Event>,
+    ) -> Result<(), EngineError> {
         let channel = record.channel;
-        let event = match self.parse(record) {
+        let event = match self.parse_or_take(record, parsed) {
             Ok(e) => e,
             Err(rejection) => return self.reject(record, headers, rejection),
         };
@@ -2109,6 +2153,69 @@ mod tests {
         fn flush(&mut self) -> Result<(), OutputError> {
             Ok(())
         }
+    }
+
+    /// Payloads read ahead ([`Engine::preparse`]) give the same scores, dead letters (by
+    /// reason) and windows as payloads the engine reads itself, bad ones and ones the locked
+    /// dimension refuses included.
+    #[test]
+    fn preparsed_payloads_are_handled_as_the_engine_reads_them() {
+        let mut records: Vec<Record> = RecordReader::open(std::path::Path::new(STREAM))
+            .expect("stream")
+            .map(|r| r.expect("record"))
+            .take(2500)
+            .collect();
+        let odd = [
+            r#"{"id":"short","ts":1767225600000,"x":[1,2,3]}"#,
+            r#"{"id":"sparse","ts":1767225600000,"x":{"indices":[0,3],"values":[1,2],"dim":57}}"#,
+            r#"{"id":"undimensioned","ts":1767225600000,"x":{"indices":[0,3],"values":[1,2]}}"#,
+            r#"{"id":"huge","ts":1767225600000,"x":[1e999]}"#,
+            r#"{"id":"","ts":1767225600000,"x":[1]}"#,
+            "not json",
+        ];
+        for (i, payload) in odd.iter().enumerate() {
+            for channel in [Channel::Unlabeled, Channel::Positive] {
+                let record = Record::new(
+                    channel,
+                    1_767_225_600_000,
+                    None,
+                    payload.as_bytes().to_vec(),
+                );
+                records.insert(20 + 300 * i, record);
+            }
+        }
+        let run = |preparsed: bool| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let recorded = Recorded::default();
+            let (mut e, _) = engine_with(dir.path(), "", Box::new(recorded.clone()));
+            let preparse = e.preparse();
+            for record in &records {
+                let handled = if preparsed {
+                    e.handle_preparsed(record, preparse(&record.payload))
+                } else {
+                    e.handle(record)
+                };
+                handled.expect("handled");
+            }
+            let reasons = [
+                "dimension_mismatch",
+                "invalid_sparse",
+                "non_finite",
+                "invalid_id",
+                "invalid_json",
+            ];
+            let dead: Vec<u64> = reasons
+                .iter()
+                .map(|r| e.metrics.dlq.with_label_values(&[r]).get())
+                .collect();
+            let windows: Vec<usize> = e.windows.iter().map(Window::len).collect();
+            (recorded.take(), dead, windows)
+        };
+        let (outputs, dead, windows) = run(true);
+        assert!(outputs.iter().any(|o| o.score.is_some()), "a model scored");
+        // The sparse events are valid (the locked dimension, given or taken): read again.
+        assert_eq!(dead, [2, 0, 2, 2, 2]);
+        assert_eq!((outputs, dead, windows), run(false));
     }
 
     fn engine_with(
