@@ -279,6 +279,16 @@ pub struct Engine {
     scores: bool,
 }
 
+/// Which events [`Engine::newest_scored`] picks: of `channel`, the newest `limit` that the
+/// model never trained on (`fresh`) from event time `since` on, or that it did train on.
+#[derive(Debug, Clone, Copy)]
+struct Newest {
+    channel: Channel,
+    fresh: bool,
+    since: i64,
+    limit: usize,
+}
+
 fn channel_index(c: Channel) -> usize {
     match c {
         Channel::Positive => 0,
@@ -654,9 +664,13 @@ impl Engine {
             return;
         };
         // Negatives the model trained on score low; only unseen ones test the threshold.
-        let Some(newest) =
-            self.newest_scored(&model, Channel::Negative, true, i64::MIN, config.window)
-        else {
+        let query = Newest {
+            channel: Channel::Negative,
+            fresh: true,
+            since: i64::MIN,
+            limit: config.window,
+        };
+        let Some(newest) = self.newest_scored(&model, query) else {
             return;
         };
         if newest.len() < config.window {
@@ -769,33 +783,30 @@ impl Engine {
         copy_unseen && (ts > trained_at || !trains_on_it)
     }
 
-    /// The newest `limit` events of `channel` from event time `since` on that `model` never
-    /// trained on (`fresh`, [`Engine::unseen`]), or did train on, newest first, as (event time, the model's score); `None` if scoring fails.
-    /// Both facts are remembered per event for the model ([`WindowScores`]).
-    fn newest_scored(
-        &mut self,
-        model: &StoredModel,
-        channel: Channel,
-        fresh: bool,
-        since: i64,
-        limit: usize,
-    ) -> Option<Vec<(i64, f64)>> {
+    /// [`Engine::newest_scored_with`] on the engine's own [`WindowScores`].
+    fn newest_scored(&mut self, model: &StoredModel, query: Newest) -> Option<Vec<(i64, f64)>> {
         let mut cache = std::mem::take(&mut self.window_scores);
-        let scored = self.newest_scored_with(&mut cache, model, channel, fresh, since, limit);
+        let scored = self.newest_scored_with(&mut cache, model, query);
         self.window_scores = cache;
         scored
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The newest `query.limit` events of `query.channel` that `model` never trained on
+    /// (`query.fresh`, [`Engine::unseen`]; from event time `query.since` on), or did train
+    /// on, newest first, as (event time, the model's score); `None` if scoring fails. Both
+    /// facts are remembered per event for the model in `cache`.
     fn newest_scored_with(
         &self,
         cache: &mut WindowScores,
         model: &StoredModel,
-        channel: Channel,
-        fresh: bool,
-        since: i64,
-        limit: usize,
+        query: Newest,
     ) -> Option<Vec<(i64, f64)>> {
+        let Newest {
+            channel,
+            fresh,
+            since,
+            limit,
+        } = query;
         let trained_at = model.meta.trained_at_ms;
         cache.belong_to((model.meta.version, trained_at));
         let c = channel_index(channel);
@@ -883,7 +894,13 @@ impl Engine {
         let since = self.calibration_since.unwrap_or(i64::MIN);
         let mut cache = std::mem::take(&mut self.window_scores);
         let mut newest = |channel: Channel, fresh: bool| {
-            self.newest_scored_with(&mut cache, &active, channel, fresh, since, window)
+            let query = Newest {
+                channel,
+                fresh,
+                since,
+                limit: window,
+            };
+            self.newest_scored_with(&mut cache, &active, query)
                 .unwrap_or_default()
         };
         let negatives = newest(Channel::Negative, true);
@@ -2677,7 +2694,15 @@ mod tests {
         assert_eq!(recalibrations(&e, "recalibrated"), 8);
         // The remembered scores are the model's scores of the newest unseen negatives.
         let remembered = e
-            .newest_scored(&active, Channel::Negative, true, i64::MIN, 200)
+            .newest_scored(
+                &active,
+                Newest {
+                    channel: Channel::Negative,
+                    fresh: true,
+                    since: i64::MIN,
+                    limit: 200,
+                },
+            )
             .expect("scored");
         let newest_first = drifted[drifted.len() - 200..].iter().rev();
         assert_eq!(remembered.len(), 200);
