@@ -93,6 +93,9 @@ fn main() -> ExitCode {
         Command::Bench {
             command: BenchCommand::Kafka(a),
         } => cli::bench_kafka::kafka(a),
+        Command::Bench {
+            command: BenchCommand::Replay(a),
+        } => cli::daemon::load_config(&a.config).and_then(|c| cli::bench::replay(a, c)),
         Command::Record(a) => {
             cli::daemon::load_config(&a.config).and_then(|c| cli::kafka::record(a, c))
         }

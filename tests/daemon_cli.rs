@@ -111,6 +111,27 @@ fn replay(dir: &Path, stream: &Path, extra: &[&str]) -> (i32, String) {
     (code, stderr)
 }
 
+/// `replay` flags for a report in blocks of 300 with the online-lr baseline.
+const REPORT_WITH_BASELINE: [&str; 6] = [
+    "--report",
+    "json",
+    "--block",
+    "300",
+    "--baseline",
+    "online-lr",
+];
+
+/// Runs `command`, asserts it succeeded, and reads its stdout as one JSON value.
+fn json_of(command: &mut Command) -> Value {
+    let out = command.output().expect("run neyman");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON value on stdout")
+}
+
 fn lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .expect("read")
@@ -356,27 +377,21 @@ fn bench_scoring_and_inspect_read_a_daemon_model() {
         .map(|e| e.expect("entry").path())
         .max()
         .expect("a stored model");
-    let out = Command::new(BIN)
-        .args([
-            "bench",
-            "scoring",
-            "--events",
-            "300",
-            "--repeats",
-            "1",
-            "--report",
-            "json",
-            "--model",
-        ])
-        .arg(&model)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let report = json_of(
+        Command::new(BIN)
+            .args([
+                "bench",
+                "scoring",
+                "--events",
+                "300",
+                "--repeats",
+                "1",
+                "--report",
+                "json",
+                "--model",
+            ])
+            .arg(&model),
     );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(report["events"], 300);
     assert_eq!(report["n_features"], 57);
     assert!(report["n_support"].as_u64().expect("n_support") > 0);
@@ -607,30 +622,16 @@ fn the_prequential_report_accounts_every_score_by_block() {
     let dir = tempfile::tempdir().expect("dir");
     let (stream, _) = stream_with_bad_events(dir.path(), 2500);
     let plot = dir.path().join("blocks.svg");
-    let out = Command::new(BIN)
-        .arg("replay")
-        .arg(&stream)
-        .arg("--config")
-        .arg(config(dir.path()))
-        .args([
-            "--report",
-            "json",
-            "--block",
-            "300",
-            "--baseline",
-            "online-lr",
-            "--plot",
-        ])
-        .arg(&plot)
-        .output()
-        .expect("run neyman");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let report = json_of(
+        Command::new(BIN)
+            .arg("replay")
+            .arg(&stream)
+            .arg("--config")
+            .arg(config(dir.path()))
+            .args(REPORT_WITH_BASELINE)
+            .arg("--plot")
+            .arg(&plot),
     );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report on stdout");
     let scores = lines(&dir.path().join("scores.jsonl"));
     assert_eq!(report["scored"], scores.len());
     assert_eq!(report["summary"]["scored"], scores.len());
@@ -708,4 +709,67 @@ fn the_prequential_report_accounts_every_score_by_block() {
         .expect("run neyman");
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("output.scores"));
+}
+
+/// `bench replay` runs the real daemon and the real baseline: its prequential figures are
+/// `replay --report json --baseline online-lr`'s on the same stream and config, each round
+/// reads every event, the rates are events over seconds, and the rounds leave no files.
+#[test]
+fn bench_replay_times_the_daemon_against_the_baseline_on_the_same_stream() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (stream, _) = stream_with_bad_events(dir.path(), 2500);
+    let config = config(dir.path());
+    let bench = json_of(
+        Command::new(BIN)
+            .args(["bench", "replay"])
+            .arg(&stream)
+            .arg("--config")
+            .arg(&config)
+            .args(["--rounds", "2", "--block", "300", "--report", "json"]),
+    );
+    assert!(
+        !dir.path().join("scores.jsonl").exists(),
+        "the bench writes to its own directories"
+    );
+    let replayed = json_of(
+        Command::new(BIN)
+            .arg("replay")
+            .arg(&stream)
+            .arg("--config")
+            .arg(&config)
+            .args(REPORT_WITH_BASELINE),
+    );
+    let events = replayed["summary"]["handled"].as_u64().expect("handled");
+    assert!(events > 2500, "{events}");
+    assert_eq!(bench["events"], events);
+    assert_eq!(bench["baseline"], "online-lr");
+    let summary = &replayed["summary"];
+    let retrains = ["models_swapped", "models_rejected", "retrains_failed"]
+        .iter()
+        .map(|k| summary[k].as_u64().expect("count"))
+        .sum::<u64>();
+    assert_eq!(bench["retrains"], retrains);
+    assert!(retrains > 0);
+    for (side, report) in [
+        ("daemon_prequential", &replayed),
+        ("baseline_prequential", &replayed["baseline"]),
+    ] {
+        for key in ["fpr", "tpr", "blocks_beyond_noise", "blocks_with_negatives"] {
+            assert_eq!(bench[side][key], report[key], "{side} {key}");
+        }
+    }
+    let rounds = bench["rounds"].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 2);
+    let seconds = |key: &str| -> f64 {
+        rounds
+            .iter()
+            .map(|r| r[key].as_f64().expect("seconds"))
+            .sum()
+    };
+    let rate = |key: &str| bench[key].as_f64().expect("rate");
+    let pooled = |key: &str| 2.0 * events as f64 / seconds(key);
+    assert!((rate("daemon_per_second") / pooled("daemon_seconds") - 1.0).abs() < 1e-9);
+    assert!((rate("baseline_per_second") / pooled("baseline_seconds") - 1.0).abs() < 1e-9);
+    let ratio = rate("daemon_per_second") / rate("baseline_per_second");
+    assert!((bench["daemon_over_baseline"].as_f64().expect("ratio") / ratio - 1.0).abs() < 1e-9);
 }

@@ -252,6 +252,29 @@ pub enum BenchCommand {
     /// The daemon's Kafka pipeline vs a raw consume → produce loop on the same broker, plus
     /// consume-only rate and end-to-end latency at a paced rate.
     Kafka(BenchKafkaArgs),
+    /// A recorded stream through the whole daemon (windows, retrains, fresh thresholds, drift,
+    /// scoring, the output files) vs the online logistic regression baseline on the same
+    /// stream, in alternating rounds.
+    Replay(BenchReplayArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchReplayArgs {
+    /// A recorded stream (JSON Lines, optionally .gz), e.g. one made by `neyman stream make`.
+    pub file: PathBuf,
+    /// The daemon config to replay with; its output files and state directory are replaced by
+    /// a temporary directory per round, its HTTP listener by a free loopback port.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Rounds: each replays the stream through the daemon, then through the baseline. The
+    /// reported rates pool all rounds (all events over all seconds).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Block size of both prequential accountings (as `replay --block`).
+    #[arg(long, default_value_t = 1000)]
+    pub block: u64,
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
 }
 
 #[derive(Debug, Clone, Args)]

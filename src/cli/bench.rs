@@ -8,14 +8,20 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use super::args::{BenchProjectionArgs, BenchScoringArgs, BenchTfplArgs, ReportFormat};
+use super::args::{
+    BenchProjectionArgs, BenchReplayArgs, BenchScoringArgs, BenchTfplArgs, ReportFormat,
+};
 use super::{read_model, CliError};
+use crate::config::LoadedConfig;
+use crate::daemon::baseline::online_lr;
+use crate::daemon::{Options, Source};
 use crate::data::{read, Dataset, Label, Rows};
 use crate::learn::kernel::{Kernel, KernelExpansion};
 use crate::learn::projection::{project, project_sorted, ProjectionWorkspace};
 use crate::learn::spec::tfpl_scaler;
 use crate::learn::tfpl::TfplParams;
 use crate::learn::Scorer;
+use crate::stream::event::EventLimits;
 
 /// iid N(0, 1) values (Box–Muller) from a fixed seed.
 fn normals(len: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
@@ -372,6 +378,115 @@ pub fn tfpl(args: &BenchTfplArgs, cancel: &AtomicBool) -> Result<(), CliError> {
                 println!("t(8n)/t(n): {r:.2}");
             }
         }
+    }
+    Ok(())
+}
+
+/// `neyman bench replay`: the recorded stream through the whole daemon, then through the
+/// online logistic regression baseline (`replay --baseline online-lr`), `--rounds` times in
+/// alternation, each side with its prequential accounting. Both read and parse the same file;
+/// the daemon also windows, retrains (in line, as a replay does), recalibrates, tests for
+/// drift and writes its output files (to a temporary directory per round).
+pub fn replay(args: &BenchReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
+    if args.rounds == 0 {
+        return Err(CliError::Usage("--rounds must be at least 1".into()));
+    }
+    let block = usize::try_from(args.block)
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| CliError::Usage("--block must be at least 1".into()))?;
+    let config = loaded.config;
+    let limits = EventLimits {
+        max_bytes: config.scoring.max_event_bytes,
+        ..EventLimits::default()
+    };
+    let (tau, window) = (config.model.tau, config.recalibrate.window);
+    let mut rounds = Vec::new();
+    let (mut daemon_seconds, mut baseline_seconds) = (0.0, 0.0);
+    let mut events_read = 0u64;
+    let mut last = None;
+    for round in 0..args.rounds {
+        let dir = std::env::temp_dir().join(format!(
+            "neyman-bench-replay-{}-{round}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| CliError::file(&dir, e))?;
+        let mut config = config.clone();
+        config.output.scores = dir.join("scores.jsonl");
+        config.output.dlq = dir.join("dlq.jsonl");
+        config.state.dir = dir.join("state");
+        config.http.listen = "127.0.0.1:0".into();
+        let options = Options {
+            source: Source::Replay {
+                path: args.file.clone(),
+                speed: None,
+            },
+            resume: false,
+            keep_serving: false,
+            threads: 1,
+            report_block: Some(block),
+        };
+        let started = Instant::now();
+        let finished = crate::daemon::run(config, options, std::future::pending());
+        let daemon = started.elapsed().as_secs_f64();
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not remove the round's directory");
+        }
+        let finished = finished?;
+        let started = Instant::now();
+        let baseline = online_lr(&args.file, block, tau, window, &limits)
+            .map_err(|e| CliError::file(&args.file, e))?;
+        let base = started.elapsed().as_secs_f64();
+        // Both read every record of the same file.
+        let events = finished.summary.handled;
+        rounds.push(json!({
+            "round": round,
+            "daemon_seconds": daemon,
+            "baseline_seconds": base,
+            "daemon_per_second": events as f64 / daemon,
+            "baseline_per_second": events as f64 / base,
+        }));
+        daemon_seconds += daemon;
+        baseline_seconds += base;
+        events_read += events;
+        last = Some((finished, baseline));
+    }
+    let Some((finished, baseline)) = last else {
+        return Err(CliError::Usage("--rounds must be at least 1".into()));
+    };
+    let daemon_rate = events_read as f64 / daemon_seconds;
+    let baseline_rate = events_read as f64 / baseline_seconds;
+    let prequential = finished.report.map(|r| r.prequential);
+    let figures = |fpr: Option<f64>, tpr: Option<f64>, beyond: usize, blocks: usize| json!({"fpr": fpr, "tpr": tpr, "blocks_beyond_noise": beyond, "blocks_with_negatives": blocks});
+    let report = json!({
+        "stream": args.file,
+        "events": finished.summary.handled,
+        "retrains": finished.summary.models_swapped + finished.summary.models_rejected + finished.summary.retrains_failed,
+        "daemon_per_second": daemon_rate,
+        "baseline": baseline.name,
+        "baseline_per_second": baseline_rate,
+        "daemon_over_baseline": daemon_rate / baseline_rate,
+        "rounds": rounds,
+        "daemon_prequential": prequential.as_ref().map(|p| figures(p.fpr, p.tpr, p.blocks_beyond_noise, p.blocks_with_negatives)),
+        "baseline_prequential": figures(
+            baseline.prequential.fpr,
+            baseline.prequential.tpr,
+            baseline.prequential.blocks_beyond_noise,
+            baseline.prequential.blocks_with_negatives,
+        ),
+    });
+    match args.report {
+        Some(ReportFormat::Json) => println!("{report}"),
+        None => println!(
+            "{} events, {} retrains: daemon {:.0} events/s, {} {:.0} events/s, ratio {:.2} ({} rounds)",
+            report["events"],
+            report["retrains"],
+            daemon_rate,
+            baseline.name,
+            baseline_rate,
+            daemon_rate / baseline_rate,
+            args.rounds
+        ),
     }
     Ok(())
 }
