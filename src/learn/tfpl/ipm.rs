@@ -121,6 +121,7 @@ pub(super) fn solve(
     m: usize,
     k: usize,
     params: &TfplParams,
+    warm: Option<&[f64]>,
     cancel: &AtomicBool,
     start: Instant,
 ) -> Result<IpmOutcome, TfplError> {
@@ -142,19 +143,9 @@ pub(super) fn solve(
     let n = len - m;
     let (xp, xn) = (x.slice(s![..m, ..]), x.slice(s![m.., ..]));
     let (mf, kf, reg) = (m as f64, k as f64, params.reg);
-    let nu0 = 2.0;
-    let mut pt = Point {
-        w: vec![0.0; d],
-        t: 0.0,
-        h: 0.0,
-        eta: vec![1.0; n],
-        xi: vec![1.0; m],
-        p: vec![1.0; m],
-        q: vec![1.0; n],
-        lam: vec![2.0 / mf; m],
-        mu: vec![nu0 / (2.0 * kf); n],
-        zeta: vec![nu0 / (2.0 * kf); n],
-        nu: nu0,
+    let mut pt = match warm.filter(|w| w.len() == d) {
+        Some(w) => warm_point(w, xp, xn, k),
+        None => cold_point(d, m, n, kf),
     };
     let mut ws = ProjectionWorkspace::default();
     let mut scratch = Vec::new();
@@ -264,6 +255,85 @@ pub(super) fn solve(
         std::mem::swap(&mut pt, &mut next);
         outcome.iterations += 1;
     }
+}
+
+/// The cold start: w = 0 and every slack and multiplier at a central value.
+fn cold_point(d: usize, m: usize, n: usize, kf: f64) -> Point {
+    let (mf, nu0) = (m as f64, 2.0);
+    Point {
+        w: vec![0.0; d],
+        t: 0.0,
+        h: 0.0,
+        eta: vec![1.0; n],
+        xi: vec![1.0; m],
+        p: vec![1.0; m],
+        q: vec![1.0; n],
+        lam: vec![2.0 / mf; m],
+        mu: vec![nu0 / (2.0 * kf); n],
+        zeta: vec![nu0 / (2.0 * kf); n],
+        nu: nu0,
+    }
+}
+
+/// Complementarity of the warm start (every pair's product): small enough to skip the cold
+/// start's first iterations, large enough that the residuals of a stale w can still shrink
+/// with it.
+const WARM_CENTRALITY: f64 = 1e-4;
+
+/// A start from a previous model's `w`: its scores fix the threshold t (the k-th largest
+/// negative score) and margins; then every complementarity pair is put at
+/// [`WARM_CENTRALITY`] while the ξ, η and h equations hold exactly (λ_i = 2ξ_i/m,
+/// μ_j + ζ_j = ν/k, h = t + Σ η/k), solving each pair's quadratic in closed form. Only the
+/// w, t and ν residuals remain, which the infeasible method removes as it goes.
+fn warm_point(w: &[f64], xp: ArrayView2<'_, f64>, xn: ArrayView2<'_, f64>, k: usize) -> Point {
+    let (m, n) = (xp.nrows(), xn.nrows());
+    let (mf, kf, c0) = (m as f64, k as f64, WARM_CENTRALITY);
+    let sp = xp.dot(&ArrayView1::from(w)).to_vec();
+    let sn = xn.dot(&ArrayView1::from(w)).to_vec();
+    let mut sorted = sn.clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let t = sorted[(k - 1).min(n - 1)];
+    let build = |nu: f64| {
+        let kappa = nu / kf;
+        let (mut eta, mut q, mut mu, mut zeta) =
+            (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        for j in 0..n {
+            // η − c = q, q·μ = η·ζ = c0, μ + ζ = κ: κη² − (κc + 2c0)η + c0·c = 0, the root
+            // above max(0, c).
+            let c = sn[j] - t;
+            let b = kappa * c + 2.0 * c0;
+            let root = (b + (b * b - 4.0 * kappa * c0 * c).max(0.0).sqrt()) / (2.0 * kappa);
+            eta[j] = root;
+            q[j] = root - c;
+            mu[j] = c0 / q[j];
+            zeta[j] = c0 / root;
+        }
+        let h = t + eta.iter().sum::<f64>() / kf;
+        let (mut xi, mut p, mut lam) = (vec![0.0; m], vec![0.0; m], vec![0.0; m]);
+        for i in 0..m {
+            // ξ − r = p, p·λ = c0, λ = 2ξ/m: ξ² − rξ − c0·m/2 = 0.
+            let r = 1.0 - (sp[i] - h);
+            xi[i] = (r + (r * r + 2.0 * c0 * mf).sqrt()) / 2.0;
+            p[i] = xi[i] - r;
+            lam[i] = 2.0 * xi[i] / mf;
+        }
+        let nu = lam.iter().sum::<f64>();
+        Point {
+            w: w.to_vec(),
+            t,
+            h,
+            eta,
+            xi,
+            p,
+            q,
+            lam,
+            mu,
+            zeta,
+            nu,
+        }
+    };
+    // ν/k from the cold start's scale first, then from the λ that start implies.
+    build(build(2.0).nu)
 }
 
 /// Zᵀ(a, −b) = Σ a_i x_i − Σ b_j x_j over the positives and then the negatives of `z`.
