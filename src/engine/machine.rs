@@ -32,7 +32,7 @@
 //!   even if that retrain would have scored it. Wall-clock waits start at the first
 //!   [`Engine::tick`] after the arrival.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -1843,41 +1843,42 @@ impl Engine {
         let r = &self.config.retrain;
         let [p, u, n] = &self.windows;
         let use_negatives = n.len() >= r.min_negative;
-        let snap = |w: &Window| w.snapshot(n_features).map_err(|e| e.to_string());
-        let (sp, su) = (snap(p)?, snap(u)?);
-        let sn = if use_negatives { Some(snap(n)?) } else { None };
-        let mut labelled: BTreeSet<&str> = sp.ids.iter().map(String::as_str).collect();
-        if let Some(sn) = &sn {
-            labelled.extend(sn.ids.iter().map(String::as_str));
-        }
-        let keep_u: Vec<usize> = (0..su.ids.len())
-            .filter(|&i| !labelled.contains(su.ids[i].as_str()))
+        // Every row is copied once, from the windows' entries into the snapshot's rows.
+        let checked = |w| Window::checked(w, n_features).map_err(|e| e.to_string());
+        let positives: Vec<&Entry> = checked(p)?.collect();
+        let unlabeled = checked(u)?;
+        let negatives: Vec<&Entry> = if use_negatives {
+            checked(n)?.collect()
+        } else {
+            Vec::new()
+        };
+        let labelled: HashSet<&str, foldhash::fast::RandomState> = positives
+            .iter()
+            .chain(&negatives)
+            .map(|e| e.id.as_str())
             .collect();
-        let su_rows = su.rows.select(&keep_u);
-        let mut parts: Vec<&Rows> = vec![&sp.rows, &su_rows];
-        let mut labels = vec![Label::Positive; sp.ids.len()];
-        labels.extend(std::iter::repeat(Label::Unlabeled).take(keep_u.len()));
-        let mut ids = sp.ids.clone();
-        ids.extend(keep_u.iter().map(|&i| su.ids[i].clone()));
-        let mut ts = sp.ts.clone();
-        ts.extend(keep_u.iter().map(|&i| su.ts[i]));
-        if let Some(sn) = &sn {
-            parts.push(&sn.rows);
-            labels.extend(std::iter::repeat(Label::Negative).take(sn.ids.len()));
-            ids.extend(sn.ids.iter().cloned());
-            ts.extend(sn.ts.iter().copied());
-        }
+        let unlabeled: Vec<&Entry> = unlabeled
+            .filter(|e| !labelled.contains(e.id.as_str()))
+            .collect();
+        let sizes = [positives.len(), unlabeled.len(), negatives.len()];
+        let mut labels = vec![Label::Positive; sizes[0]];
+        labels.extend(std::iter::repeat(Label::Unlabeled).take(sizes[1]));
+        labels.extend(std::iter::repeat(Label::Negative).take(sizes[2]));
+        let entries: Vec<&Entry> = positives
+            .into_iter()
+            .chain(unlabeled)
+            .chain(negatives)
+            .collect();
+        let ids: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
+        let ts: Vec<i64> = entries.iter().map(|e| e.ts).collect();
+        let rows = features_to_rows(entries.iter().map(|e| &e.x), n_features)
+            .map_err(|e| e.to_string())?;
         let ranking_only = self.config.model.threshold == Some(ThresholdName::None);
         let percent = if ranking_only {
             0
         } else {
             self.config.model.calibration_percent
         };
-        let sizes = [
-            sp.ids.len(),
-            keep_u.len(),
-            sn.as_ref().map_or(0, |s| s.ids.len()),
-        ];
         let held_out = match self.config.model.calibration {
             CalibrationName::Hash => ids.iter().map(|id| in_calibration(id, percent)).collect(),
             CalibrationName::Recent => {
@@ -1894,11 +1895,7 @@ impl Engine {
         };
         let newest_ts = ts.iter().copied().max().unwrap_or(0);
         Ok(TrainingSnapshot {
-            data: Dataset {
-                rows: Rows::concat(&parts),
-                labels,
-                ids,
-            },
+            data: Dataset { rows, labels, ids },
             ts,
             held_out,
             newest_ts,

@@ -355,27 +355,30 @@ impl<S: BuildHasher> Window<S> {
 
     /// The stored events as rows with `n_features` columns, in insertion order.
     pub fn snapshot(&self, n_features: usize) -> Result<Snapshot, WindowError> {
-        let check = |e: &Entry| {
-            if e.x.dim() == n_features {
-                Ok(())
-            } else {
-                Err(WindowError::Dimension {
-                    id: e.id.clone(),
-                    dim: e.x.dim(),
-                    expected: n_features,
-                })
-            }
-        };
-        for e in self.iter() {
-            check(e)?;
-        }
-        let rows = features_to_rows(self.iter().map(|e| &e.x), n_features)
+        let entries = self.checked(n_features)?;
+        let rows = features_to_rows(entries.clone().map(|e| &e.x), n_features)
             .map_err(|err| WindowError::Config(err.to_string()))?;
         Ok(Snapshot {
-            ids: self.iter().map(|e| e.id.clone()).collect(),
-            ts: self.iter().map(|e| e.ts).collect(),
+            ids: entries.clone().map(|e| e.id.clone()).collect(),
+            ts: entries.map(|e| e.ts).collect(),
             rows,
         })
+    }
+
+    /// The stored events, oldest insertion first, once every one is checked to have
+    /// `n_features` features (the first that has not is the error).
+    pub fn checked(
+        &self,
+        n_features: usize,
+    ) -> Result<impl Iterator<Item = &Entry> + Clone, WindowError> {
+        if let Some(e) = self.iter().find(|e| e.x.dim() != n_features) {
+            return Err(WindowError::Dimension {
+                id: e.id.clone(),
+                dim: e.x.dim(),
+                expected: n_features,
+            });
+        }
+        Ok(self.iter())
     }
 }
 
