@@ -648,12 +648,17 @@ impl Engine {
     /// P(y | x) does). A detection recalibrates at once on the negatives from the tested
     /// ones' oldest event time on.
     fn test_feedback(&mut self) {
-        let config = self.config.drift.clone();
-        if !config.enabled {
+        // The settings are copied out, not the section cloned, on every negative event: the
+        // test borrows the engine mutably below.
+        let (enabled, every, window, p_limit) = {
+            let c = &self.config.drift;
+            (c.enabled, c.every, c.window, c.p_value)
+        };
+        if !enabled {
             return;
         }
         self.feedback_since_test += 1;
-        if self.feedback_since_test < config.every {
+        if self.feedback_since_test < every {
             return;
         }
         self.feedback_since_test = 0;
@@ -668,19 +673,19 @@ impl Engine {
             channel: Channel::Negative,
             fresh: true,
             since: i64::MIN,
-            limit: config.window,
+            limit: window,
         };
         let Some(newest) = self.newest_scored(&model, query) else {
             return;
         };
-        if newest.len() < config.window {
+        if newest.len() < window {
             return;
         }
         let scores: Vec<f64> = newest.iter().map(|&(_, s)| s).collect();
         let flagged = scores.iter().filter(|&&s| t.is_positive(s)).count();
         let n = scores.len();
         let p_value = binomial_upper_tail(n, flagged, self.config.model.tau);
-        if p_value >= config.p_value {
+        if p_value >= p_limit {
             return;
         }
         let since = newest.iter().map(|&(ts, _)| ts).min();
