@@ -65,7 +65,7 @@ pub const RECALIBRATION_RESULTS: [&str; 3] = ["recalibrated", "flags_nothing", "
 pub const DRIFT_SIGNALS: [&str; 3] = ["scores", "features", "feedback"];
 
 /// Every metric family name, for the promtool test and the dashboard check.
-pub const FAMILIES: [&str; 44] = [
+pub const FAMILIES: [&str; 45] = [
     "neyman_events_total",
     "neyman_dlq_events_total",
     "neyman_window_events",
@@ -85,6 +85,7 @@ pub const FAMILIES: [&str; 44] = [
     "neyman_certificate_stale",
     "neyman_rank_tau_searches_total",
     "neyman_rank_tau",
+    "neyman_tfpl_reg",
     "neyman_target_fpr",
     "neyman_fpr_bound",
     "neyman_fpr_pu_estimate",
@@ -153,10 +154,12 @@ pub struct Metrics {
     pub drift_detected: IntCounterVec,
     /// 1 from a drift detection until the next model swap or fresh threshold, else 0.
     pub certificate_stale: IntGauge,
-    /// τ-FPL ranking-depth searches (`rank_tau = "auto"`).
+    /// τ-FPL ranking-depth and R searches (`rank_tau` or `reg` `"auto"`).
     pub rank_tau_searches: IntCounter,
     /// The depth the last search chose (NaN before one).
     pub rank_tau: Gauge,
+    /// The R the last search chose (NaN before one).
+    pub tfpl_reg: Gauge,
     /// τ, the target false-positive rate.
     pub target_fpr: Gauge,
     /// The active threshold's certified FPR bound (umbrella, pu-umbrella; NaN for oob).
@@ -406,13 +409,18 @@ impl Metrics {
                 r,
                 IntCounter::new(
                     "neyman_rank_tau_searches_total",
-                    "tfpl ranking-depth searches (rank_tau = auto): on the first retrain, after a drift detection and when the kept depth stops paying.",
+                    "tfpl ranking-depth and R searches (rank_tau or reg = auto): on the first retrain, after a drift detection and when the kept choice stops paying.",
                 )?,
             )?,
             rank_tau: nan_gauge(
                 r,
                 "neyman_rank_tau",
                 "The tfpl ranking depth the last search chose (rank_tau = auto; NaN before one).",
+            )?,
+            tfpl_reg: nan_gauge(
+                r,
+                "neyman_tfpl_reg",
+                "The tfpl regularisation weight R the last search chose (reg = auto; NaN before one).",
             )?,
             target_fpr: register(
                 r,

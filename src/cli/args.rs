@@ -10,8 +10,8 @@ pub use crate::config::{AlgorithmName, KernelName, OobRuleName, ScaleName, Thres
 use crate::data::{Format, ReadOptions};
 use crate::learn::metrics::F1Class;
 use crate::learn::spec::{
-    AlgorithmSpec, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, SolverLimits, TfplSpec,
-    ThresholdSettings, UsmoSpec,
+    AlgorithmSpec, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, Reg, SolverLimits,
+    TfplSpec, ThresholdSettings, UsmoSpec,
 };
 use crate::learn::tfpl::TfplSolver;
 
@@ -795,7 +795,7 @@ impl ModelArgs {
     pub fn tfpl_spec(&self, reg: f64) -> TfplSpec {
         TfplSpec {
             rank_tau: RankTau::Auto,
-            reg,
+            reg: Reg::Value(reg),
             solver: self.solver.into(),
             max_gram_bytes: self.max_gram_mb.saturating_mul(1 << 20),
         }

@@ -83,7 +83,7 @@ use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::{f1_for, mean_sd, np_score, Confusion, F1Class};
 use crate::learn::prior::training_prior;
-use crate::learn::rank_tau::choose_rank_tau;
+use crate::learn::rank_tau::{choose_rank_tau, SearchAxes};
 use crate::learn::spec::{
     tfpl_scaler, training_rows, usmo_scaler, Algorithm, Fit, PriorEnd, RankTau, SpecError,
     ThresholdSpec,
@@ -345,6 +345,10 @@ fn tfpl_setup(
                 spec.prior_interval,
                 None,
                 seed ^ RANK_SALT,
+                SearchAxes {
+                    depth: true,
+                    reg: false,
+                },
                 cancel,
             )
             .map_err(SpecError::from)?

@@ -4,9 +4,10 @@ use serde::{Deserialize, Serialize};
 
 use super::values::HumanDuration;
 use crate::data::ScaleKind;
+use crate::learn::rank_tau::REG_START;
 use crate::learn::spec::{
-    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, SolverLimits,
-    TfplSpec, ThresholdSettings, UsmoSpec,
+    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, Reg,
+    SolverLimits, TfplSpec, ThresholdSettings, UsmoSpec,
 };
 use crate::learn::tfpl::TfplSolver;
 use crate::learn::threshold::{OobRule, ThresholdMethod};
@@ -173,9 +174,14 @@ pub struct ModelConfig {
     /// usmo: λ, the L2 regularisation.
     #[serde(default = "default_lambda")]
     pub lambda: f64,
-    /// tfpl: R, the L2 regularisation.
+    /// tfpl: R, the L2 regularisation, a positive number or `"auto"` (the default): chosen
+    /// after the ranking depth, as `rank_tau = "auto"` chooses it and at the same times, from
+    /// 1e-1 … 1e-6 by the held-back positives flagged at an FPR ≤ `tau` (starting from the
+    /// last choice, else 1e-3). `neyman train`'s fixed default, 1e-2, left 0.03–0.07 TPR on the
+    /// spambase drift streams (docs/benchmarks.md). With `threshold = "none"` nothing is held
+    /// back and `auto` is 1e-3.
     #[serde(default = "default_reg")]
-    pub reg: f64,
+    pub reg: Reg,
     /// Kernel: `linear`, `rbf` or `poly` (default: rbf for usmo, linear for tfpl).
     #[serde(default)]
     pub kernel: Option<KernelName>,
@@ -295,7 +301,8 @@ impl ModelConfig {
                 format!("must be in 1..=99, got {}", m.calibration_percent),
             );
         }
-        for (key, v) in [("model.lambda", m.lambda), ("model.reg", m.reg)] {
+        let reg = m.reg.value().unwrap_or(REG_START);
+        for (key, v) in [("model.lambda", m.lambda), ("model.reg", reg)] {
             if !(v.is_finite() && v > 0.0) {
                 return bad(key, format!("must be finite and > 0, got {v}"));
             }
@@ -401,8 +408,8 @@ fn default_calibration() -> CalibrationName {
 fn default_lambda() -> f64 {
     1e-3
 }
-fn default_reg() -> f64 {
-    1e-2
+fn default_reg() -> Reg {
+    Reg::Auto
 }
 fn default_degree() -> u32 {
     3
@@ -430,7 +437,7 @@ fn default_oob_rule() -> OobRuleName {
 mod tests {
     use super::super::tests::load;
     use super::CalibrationName;
-    use crate::learn::spec::{AlgorithmSpec, KernelKind, PriorAuto};
+    use crate::learn::spec::{AlgorithmSpec, KernelKind, PriorAuto, Reg};
 
     const TFPL: &str = "[source]\npath = \"s\"\n[model]\nalgorithm = \"tfpl\"\ntau = 0.05\n";
 
@@ -544,6 +551,42 @@ mod tests {
         ] {
             let e = load(&text, env).unwrap_err().to_string();
             assert!(e.contains("model.calibration") && e.contains(value), "{e}");
+        }
+    }
+
+    /// `reg` is a positive number or `"auto"` (the default), from the file or
+    /// `NEYMAN_MODEL_REG`; the learner spec carries it as given; anything else is refused
+    /// naming the key.
+    #[test]
+    fn reg_is_a_positive_number_or_auto() {
+        let reg = |text: &str, env: &[(&str, &str)]| load(text, env).map(|l| l.config.model.reg);
+        assert_eq!(reg(TFPL, &[]), Ok(Reg::Auto), "the default");
+        assert_eq!(
+            reg(&format!("{TFPL}reg = 0.003\n"), &[]),
+            Ok(Reg::Value(0.003))
+        );
+        assert_eq!(reg(&format!("{TFPL}reg = 10\n"), &[]), Ok(Reg::Value(10.0)));
+        assert_eq!(
+            reg(TFPL, &[("NEYMAN_MODEL_REG", "1e-4")]),
+            Ok(Reg::Value(1e-4))
+        );
+        assert_eq!(
+            reg(
+                &format!("{TFPL}reg = 0.01\n"),
+                &[("NEYMAN_MODEL_REG", "auto")]
+            ),
+            Ok(Reg::Auto)
+        );
+        let loaded = load(&format!("{TFPL}reg = 0.003\n"), &[]).expect("valid");
+        match loaded.config.model.learner_spec().algorithm {
+            AlgorithmSpec::Tfpl(t) => assert_eq!(t.reg, Reg::Value(0.003)),
+            other => panic!("{other:?}"),
+        }
+        for extra in ["reg = -1\n", "reg = 0\n", "reg = \"fast\"\n", "reg = nan\n"] {
+            let e = load(&format!("{TFPL}{extra}"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("model.reg") || e.contains("reg"), "{extra}: {e}");
         }
     }
 }

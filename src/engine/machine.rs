@@ -146,14 +146,17 @@ struct Learner {
     rank: Option<RankMemory>,
 }
 
-/// A ranking depth chosen by a search ([`crate::learn::rank_tau`]) and what it gave.
+/// A ranking depth and R chosen by a search ([`crate::learn::rank_tau`]) and what they gave.
 #[derive(Debug, Clone, Copy)]
 struct RankMemory {
     rank_tau: f64,
+    reg: f64,
     /// The threshold's TPR estimate of the model trained right after the search.
     tpr_at_choice: Option<f64>,
     /// Retrains that reused it since.
     reused: usize,
+    /// The training snapshot's rows at the search.
+    rows_at_choice: usize,
 }
 
 impl RankMemory {
@@ -162,6 +165,15 @@ impl RankMemory {
     const REUSE_LIMIT: usize = 20;
     /// A TPR estimate this far below the search's means the depth stopped paying.
     const TPR_DROP: f64 = 0.05;
+    /// A search is redone once the training snapshot holds this many times the rows it was
+    /// made on: the first search runs on the first model's few rows (validation TPRs of a
+    /// few dozen positives), and a choice made there would otherwise last 20 retrains.
+    const GROWTH: usize = 2;
+
+    /// Whether a retrain on `rows` training rows reuses this choice.
+    fn reusable(&self, rows: usize) -> bool {
+        self.reused < Self::REUSE_LIMIT && rows < Self::GROWTH.saturating_mul(self.rows_at_choice)
+    }
 }
 
 /// The configuration sections the engine reads.
@@ -1409,6 +1421,7 @@ impl Engine {
             labels: snapshot.data.labels.clone(),
             ids: snapshot.data.ids.clone(),
         };
+        let rows = snapshot.data.len();
         Ok(RetrainJob {
             started,
             n_features,
@@ -1418,10 +1431,10 @@ impl Engine {
             scaled,
             scaler: learner.scaler.clone(),
             previous: learner.previous.clone(),
-            rank_tau: learner
+            tuning: learner
                 .rank
-                .filter(|r| r.reused < RankMemory::REUSE_LIMIT)
-                .map(|r| r.rank_tau),
+                .filter(|r| r.reusable(rows))
+                .map(|r| (r.rank_tau, r.reg)),
             cancel: Arc::clone(&self.cancel),
         })
     }
@@ -1484,7 +1497,7 @@ impl Engine {
         );
         let snapshot = job.snapshot;
         let rejection = self.gate(&model, &snapshot);
-        self.remember_rank_choice(rank_choice, &model, rejection.as_ref());
+        self.remember_rank_choice(rank_choice, &model, rejection.as_ref(), snapshot.data.len());
         if let Some(rejection) = rejection {
             return rejection;
         }
@@ -1564,6 +1577,7 @@ impl Engine {
         choice: Option<RankChoice>,
         model: &Model,
         rejection: Option<&RetrainOutcome>,
+        rows: usize,
     ) {
         let tpr = model.threshold().and_then(|t| t.tpr_estimate);
         let Some(learner) = self.learner.as_mut() else {
@@ -1572,20 +1586,24 @@ impl Engine {
         if let Some(choice) = choice {
             tracing::info!(
                 rank_tau = choice.rank_tau,
+                reg = choice.reg,
                 criterion = choice.criterion,
                 tried = ?choice
                     .tried
                     .iter()
-                    .map(|t| (t.rank_tau, t.validation_tpr))
+                    .map(|t| (t.rank_tau, t.reg, t.validation_tpr))
                     .collect::<Vec<_>>(),
-                "tfpl ranking depth chosen"
+                "tfpl ranking depth and R chosen"
             );
             self.metrics.rank_tau_searches.inc();
             self.metrics.rank_tau.set(choice.rank_tau);
+            self.metrics.tfpl_reg.set(choice.reg);
             learner.rank = Some(RankMemory {
                 rank_tau: choice.rank_tau,
+                reg: choice.reg,
                 tpr_at_choice: tpr,
                 reused: 0,
+                rows_at_choice: rows,
             });
             return;
         }
@@ -1937,8 +1955,9 @@ pub struct RetrainJob {
     /// end needs a pre-pass fit, which belongs off the engine thread.
     spec: LearnerSpec,
     previous: Option<Fit>,
-    /// τ-FPL's kept ranking depth; `None` with `rank_tau = "auto"`: search it.
-    rank_tau: Option<f64>,
+    /// τ-FPL's kept ranking depth and R; `None` with `rank_tau` or `reg` `"auto"`: search
+    /// them.
+    tuning: Option<(f64, f64)>,
     cancel: Arc<AtomicBool>,
 }
 
@@ -1980,8 +1999,8 @@ impl RetrainJob {
         )?;
         let spec = spec.check()?;
         let previous = self.previous.as_ref();
-        let (spec, rank_choice) = match self.rank_tau {
-            Some(rank_tau) => (spec.ranking_at(rank_tau), None),
+        let (spec, rank_choice) = match self.tuning {
+            Some((rank_tau, reg)) => (spec.tuned_at(rank_tau, reg), None),
             None => spec.with_rank_tau_chosen(
                 &self.scaled,
                 &self.snapshot.held_out,
@@ -2958,29 +2977,48 @@ mod tests {
         }
     }
 
-    /// With `rank_tau = "auto"` (the default) the first retrain searches τ-FPL's depth; later
-    /// ones reuse it until a drift detection forgets it or a model shows it stopped paying.
+    /// The R a τ-FPL model was fitted with.
+    fn fitted_reg(model: &Model) -> f64 {
+        match model {
+            Model::Tfpl(t) => t.fit.reg,
+            other => panic!("not a tfpl model: {other:?}"),
+        }
+    }
+
+    /// With `rank_tau` and `reg` `"auto"` (the defaults) the first retrain searches τ-FPL's
+    /// depth and R; later ones reuse them until a drift detection forgets them or a model
+    /// shows they stopped paying.
     #[test]
     fn an_auto_rank_tau_is_searched_once_and_reused_while_it_pays() {
         let dir = tempfile::tempdir().expect("temp dir");
         let model = "algorithm = \"tfpl\"\ntau = 0.05\nseed = 1\n";
         let (mut e, registry) = engine_of(dir.path(), model, "", Box::new(Discard));
         assert!(e.metrics.rank_tau.get().is_nan());
+        assert!(e.metrics.tfpl_reg.get().is_nan());
         feed_until_first_model(&mut e, &registry);
         let searches = |e: &Engine| e.metrics.rank_tau_searches.get();
         let memory = |e: &Engine| e.learner.as_ref().and_then(|l| l.rank);
         assert_eq!(searches(&e), 1);
-        let chosen = memory(&e).expect("a kept depth").rank_tau;
+        let kept = memory(&e).expect("a kept depth");
+        let (chosen, reg) = (kept.rank_tau, kept.reg);
         assert_eq!(e.metrics.rank_tau.get(), chosen);
+        assert_eq!(e.metrics.tfpl_reg.get(), reg);
         assert!(crate::learn::rank_tau::rank_grid(0.05).contains(&chosen));
+        assert!(crate::learn::rank_tau::REG_GRID.contains(&reg));
         let active = registry.active().expect("model");
         assert!(!active.model.degenerate());
+        assert_eq!(
+            fitted_reg(&active.model),
+            reg,
+            "the model is fitted at the chosen R"
+        );
         e.retrain();
         assert_eq!(searches(&e), 1, "the kept depth is reused");
         assert_eq!(
-            memory(&e).map(|m| (m.rank_tau, m.reused)),
-            Some((chosen, 1))
+            memory(&e).map(|m| (m.rank_tau, m.reg, m.reused)),
+            Some((chosen, reg, 1))
         );
+        assert_eq!(fitted_reg(&registry.active().expect("model").model), reg);
         e.forget_rank_choice();
         e.retrain();
         assert_eq!(searches(&e), 2, "searched again after being forgotten");
@@ -2992,6 +3030,19 @@ mod tests {
         assert!(memory(&e).is_none(), "a TPR drop forgets the depth");
         e.retrain();
         assert_eq!(searches(&e), 3);
+    }
+
+    /// A `rank_tau` and `reg` that are numbers are used as they are: nothing is searched.
+    #[test]
+    fn a_fixed_rank_tau_and_reg_are_not_searched() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let model = "algorithm = \"tfpl\"\ntau = 0.05\nrank_tau = 0.2\nreg = 0.003\nseed = 1\n";
+        let (mut e, registry) = engine_of(dir.path(), model, "", Box::new(Discard));
+        feed_until_first_model(&mut e, &registry);
+        assert_eq!(e.metrics.rank_tau_searches.get(), 0);
+        assert!(e.metrics.tfpl_reg.get().is_nan());
+        let active = registry.active().expect("model");
+        assert_eq!(fitted_reg(&active.model), 0.003);
     }
 
     /// A scorer takes its trainer's fresh thresholds: the active model again with a higher

@@ -27,8 +27,8 @@ use std::sync::atomic::AtomicBool;
 
 use crate::data::{Dataset, Label, ScaleKind};
 use crate::learn::spec::{
-    training_rows, AlgorithmSpec, Fit, KernelKind, KernelSpec, LearnerSpec, RankTau, SolverLimits,
-    SpecError, TfplSpec,
+    training_rows, AlgorithmSpec, Fit, KernelKind, KernelSpec, LearnerSpec, RankTau, Reg,
+    SolverLimits, SpecError, TfplSpec,
 };
 use crate::learn::tfpl::TfplSolver;
 use crate::learn::threshold::{
@@ -299,7 +299,7 @@ pub fn training_prior(
     let ranker = LearnerSpec {
         algorithm: AlgorithmSpec::Tfpl(TfplSpec {
             rank_tau: RankTau::Value(PRE_PASS_RANK_TAU),
-            reg: PRE_PASS_REG,
+            reg: Reg::Value(PRE_PASS_REG),
             solver: TfplSolver::Auto,
             max_gram_bytes: 256 << 20,
         }),

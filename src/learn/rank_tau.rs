@@ -7,8 +7,17 @@
 //! paper's 2τ-FPL, then 4τ, … up to ½ — gives the solver room; how deep pays is a property of
 //! the data, so it is chosen on it: each depth of [`rank_grid`] is fitted on three quarters of
 //! the training rows (each fit warm-started from the previous depth's), and the depth whose
-//! scorer flags the most held-back positives at a held-back FPR ≤ τ wins (ties to the
-//! shallower). The calibration rows never enter, so the threshold's certificate is untouched.
+//! scorer flags the most held-back positives on average over the held-back FPRs 0 … τ wins
+//! (ties to the shallower; [`mean_tpr_up_to`]: a certified threshold operates below τ, so the
+//! TPR at τ alone is the wrong target, and one order statistic is a noisy one). The
+//! calibration rows never enter, so the threshold's certificate is untouched.
+//!
+//! With `reg = "auto"` R is chosen the same way, after the depth: at the chosen depth each R of
+//! [`REG_GRID`] is fitted (largest first, each warm-started from the previous), and the best
+//! held-back criterion wins (ties keep the R the depths were compared at). The two are chosen
+//! in turn, not jointly, so a search costs |depths| + |R grid| fits, not their product. On the
+//! spambase drift streams R = 1e-2 (the `train` default) left up to 0.07 TPR at the same
+//! certified FPR (docs/benchmarks.md).
 //!
 //! Without negatives (PU) the unlabeled rows stand in for them and depth τ' ranks at
 //! π + (1 − π)·τ' ([`crate::learn::spec::pu_rank_tau`]); the held-back FPR is then the PU
@@ -21,10 +30,26 @@ use serde::Serialize;
 use crate::data::{Dataset, Label};
 use crate::learn::spec::pu_rank_tau;
 use crate::learn::tfpl::{TfplError, TfplModel, TfplParams, TfplValidParams};
-use crate::learn::tune::{stratified_folds, tau_rank_loss};
+use crate::learn::tune::stratified_folds;
 
 /// The deepest ranking the search tries: beyond it the top-k mean is most of the negatives.
 pub const MAX_RANK_TAU: f64 = 0.5;
+
+/// The R values an `auto` R is chosen from, largest first: the cross-validation grid of
+/// `eval` (whose choices on the repo's datasets range from 10 on magic to 1e-5 on spambase).
+pub const REG_GRID: [f64; 8] = crate::learn::tune::REG_GRID;
+
+/// The R an `auto` R starts at before any fit: the middle of [`REG_GRID`].
+pub const REG_START: f64 = 1e-3;
+
+/// What a search chooses; a setting not searched stays at the given parameters' value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SearchAxes {
+    /// The ranking depth (`rank_tau = "auto"`).
+    pub depth: bool,
+    /// R (`reg = "auto"`).
+    pub reg: bool,
+}
 
 /// One in this many training rows of each class is held back to compare the depths.
 const VALIDATION_FOLDS: usize = 4;
@@ -50,7 +75,10 @@ pub fn rank_grid(tau: f64) -> Vec<f64> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RankTried {
     pub rank_tau: f64,
-    /// The held-back positives flagged at a held-back FPR ≤ τ (`None`: not validated).
+    pub reg: f64,
+    /// The held-back criterion: the mean share of held-back positives flagged at held-back
+    /// FPRs 0 … τ ([`mean_tpr_up_to`]; with PU data, the positives flagged at a PU-estimated
+    /// FPR ≤ τ); `None`: not validated.
     pub validation_tpr: Option<f64>,
     /// The fit gains nothing over a constant scorer.
     pub degenerate: bool,
@@ -61,20 +89,25 @@ pub struct RankTried {
 pub struct RankChoice {
     /// The chosen depth τ' (for PU data the solver ranks at π + (1 − π)·τ').
     pub rank_tau: f64,
+    /// The chosen R.
+    pub reg: f64,
     /// `"validation"`: the best held-back TPR; `"non_degenerate"`: too few held-back rows, the
     /// shallowest depth that is not degenerate.
     pub criterion: &'static str,
     pub validation_positives: usize,
     pub validation_negatives: usize,
-    /// Every depth tried, shallowest first.
+    /// Every fit tried: the depths, shallowest first, then the other R values at the chosen
+    /// depth, largest first.
     pub tried: Vec<RankTried>,
 }
 
-/// Chooses the ranking depth for FPR level `tau` on the (scaled) training rows `data`.
-/// `params` gives everything but the depth. When `data` has no negatives its unlabeled rows
-/// stand in for them, over `prior_interval` (without one there is nothing to rank against:
+/// Chooses the ranking depth and R for FPR level `tau` on the (scaled) training rows `data`,
+/// each only if `axes` says so; the others are `params`' own (its `tau` is then the depth
+/// τ', before the PU mapping). When `data` has no negatives its unlabeled rows stand in for
+/// them, over `prior_interval` (without one there is nothing to rank against:
 /// [`TfplError::NoNegatives`]). `previous` warm-starts the first fit. The search stops at the
-/// first cancelled fit and chooses among the depths fitted so far.
+/// first cancelled fit and chooses among the fits made so far.
+#[allow(clippy::too_many_arguments)]
 pub fn choose_rank_tau(
     params: &TfplValidParams,
     tau: f64,
@@ -82,6 +115,7 @@ pub fn choose_rank_tau(
     prior_interval: Option<(f64, f64)>,
     previous: Option<&TfplModel>,
     seed: u64,
+    axes: SearchAxes,
     cancel: &AtomicBool,
 ) -> Result<RankChoice, TfplError> {
     let pu_prior = match data.count(Label::Negative) {
@@ -110,23 +144,20 @@ pub fn choose_rank_tau(
     };
     let (val_pos, val_neg) = (data.rows.select(&val_pos), data.rows.select(&val_neg));
     let prior = pu_prior.map(|(lo, hi)| 0.5 * (lo + hi));
-    let mut tried = Vec::new();
-    let mut best: Option<(f64, f64)> = None;
-    let mut warm = previous.cloned();
-    for depth in rank_grid(tau) {
-        if cancel.load(Ordering::Relaxed) {
-            break;
-        }
+    // Fits (depth, R) warm-started from `warm`, and scores it: a scorer that gains beats one
+    // that does not (key −1); then the held-back TPR decides.
+    let try_fit = |depth: f64, reg: f64, warm: Option<&TfplModel>| {
         let solver_depth = match pu_prior {
             Some((lo, hi)) => pu_rank_tau(depth, lo, hi),
             None => depth,
         };
         let solver = TfplParams {
             tau: solver_depth,
+            reg,
             ..(**params).clone()
         }
         .check()?;
-        let fit = solver.fit_with(warm.as_ref(), &train, cancel)?;
+        let fit = solver.fit_with(warm, &train, cancel)?;
         let degenerate = fit.report.degenerate();
         let validation_tpr = validated.then(|| {
             if degenerate {
@@ -138,34 +169,73 @@ pub fn choose_rank_tau(
             fit.expansion.decision_batch(&val_neg, &mut sn);
             match prior {
                 Some(prior) => pu_tpr_at_fpr(&sp, &sn, tau, prior),
-                None => 1.0 - tau_rank_loss(&sp, &sn, tau).unwrap_or(1.0),
+                None => mean_tpr_up_to(&sp, &sn, tau),
             }
         });
-        tried.push(RankTried {
-            rank_tau: depth,
-            validation_tpr,
-            degenerate,
-        });
-        warm = Some(fit);
-        // A scorer that gains beats one that does not (key −1); then the held-back TPR decides.
         let key = if degenerate {
             -1.0
         } else {
             validation_tpr.unwrap_or(0.0)
         };
-        let better = match best {
-            None => true,
-            Some((_, best_key)) => key > best_key + 1e-12,
+        let tried = RankTried {
+            rank_tau: depth,
+            reg,
+            validation_tpr,
+            degenerate,
         };
-        if better {
-            best = Some((depth, key));
+        Ok::<_, TfplError>((fit, tried, key))
+    };
+    let better = |key: f64, best: Option<(f64, f64, f64)>| match best {
+        None => true,
+        Some((_, _, best_key)) => key > best_key + 1e-12,
+    };
+    let depths = if axes.depth {
+        rank_grid(tau)
+    } else {
+        vec![params.tau]
+    };
+    let mut tried = Vec::new();
+    // (depth, R, key) of the best fit so far, and that fit (the R search's first warm start).
+    let mut best: Option<(f64, f64, f64)> = None;
+    let mut best_fit: Option<TfplModel> = None;
+    let mut warm = previous.cloned();
+    for depth in depths {
+        if cancel.load(Ordering::Relaxed) {
+            break;
         }
-        if !validated && !degenerate {
+        let (fit, attempt, key) = try_fit(depth, params.reg, warm.as_ref())?;
+        let gains = !attempt.degenerate;
+        tried.push(attempt);
+        if better(key, best) {
+            best = Some((depth, params.reg, key));
+            best_fit = Some(fit.clone());
+        }
+        warm = Some(fit);
+        if !validated && gains {
             break;
         }
     }
+    // R is compared on held-back rows only: without them the given R stays.
+    if let (true, true, Some((depth, _, _))) = (axes.reg, validated, best) {
+        let mut warm = best_fit;
+        for reg in REG_GRID {
+            if cancel.load(Ordering::Relaxed) {
+                break;
+            }
+            if reg == params.reg {
+                continue;
+            }
+            let (fit, attempt, key) = try_fit(depth, reg, warm.as_ref())?;
+            tried.push(attempt);
+            if better(key, best) {
+                best = Some((depth, reg, key));
+            }
+            warm = Some(fit);
+        }
+    }
     Ok(RankChoice {
-        rank_tau: best.map_or(tau, |(depth, _)| depth),
+        rank_tau: best.map_or(params.tau, |(depth, _, _)| depth),
+        reg: best.map_or(params.reg, |(_, reg, _)| reg),
         criterion: if validated {
             "validation"
         } else {
@@ -175,6 +245,34 @@ pub fn choose_rank_tau(
         validation_negatives: if validated { val_neg.n_rows() } else { 0 },
         tried,
     })
+}
+
+/// The mean, over the empirical FPR levels 0, 1/n, …, ⌊τn⌋/n of the n `negative` scores, of
+/// the share of `positive` scores above the threshold at that level (the (j + 1)-th largest
+/// negative): the partial AUC over FPR ∈ [0, τ], normalised to [0, 1]. It counts the TPR at
+/// every FPR a certificate may leave below τ (an umbrella threshold on a few hundred
+/// calibration negatives sits near 0.7τ), not only at τ, and it averages ⌊τn⌋ + 1 thresholds
+/// instead of resting on one order statistic; at the last level it is 1 − [`crate::learn::tune::tau_rank_loss`].
+fn mean_tpr_up_to(positive: &[f64], negative: &[f64], tau: f64) -> f64 {
+    if positive.is_empty() || negative.is_empty() {
+        return 0.0;
+    }
+    let descending = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| b.total_cmp(a));
+        v
+    };
+    let (positive, negative) = (descending(positive), descending(negative));
+    let levels = ((tau * negative.len() as f64).floor() as usize + 1).min(negative.len());
+    let (mut above, mut sum) = (0, 0.0);
+    // The thresholds fall with the level, so the positives above them only grow.
+    for &t in &negative[..levels] {
+        while above < positive.len() && positive[above] > t {
+            above += 1;
+        }
+        sum += above as f64 / positive.len() as f64;
+    }
+    sum / levels as f64
 }
 
 /// The largest share of `positive` scores above a threshold whose PU-estimated FPR,
@@ -214,6 +312,27 @@ mod tests {
     use super::*;
     use crate::data::Rows;
     use ndarray::Array2;
+
+    const DEPTH: SearchAxes = SearchAxes {
+        depth: true,
+        reg: false,
+    };
+
+    #[test]
+    fn the_criterion_averages_the_tpr_over_the_fprs_up_to_tau() {
+        // 20 negatives 1..=20; τ = 0.1 gives levels 0, 1/20, 2/20 with thresholds 20, 19, 18.
+        let negative: Vec<f64> = (1..=20).map(f64::from).collect();
+        // Positives: 2 above 20, 1 at 19.5, 1 at 18.5, 6 below 18.
+        let positive = [25.0, 21.0, 19.5, 18.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mean = (0.2 + 0.3 + 0.4) / 3.0;
+        assert!((mean_tpr_up_to(&positive, &negative, 0.1) - mean).abs() < 1e-15);
+        // The last level is the τ-rank criterion.
+        let loss = crate::learn::tune::tau_rank_loss(&positive, &negative, 0.1).unwrap();
+        assert!((1.0 - loss - 0.4).abs() < 1e-15);
+        // τ below 1/n: the top negative alone; a tie with it is not flagged.
+        assert_eq!(mean_tpr_up_to(&[20.0, 30.0], &negative, 0.01), 0.5);
+        assert_eq!(mean_tpr_up_to(&[], &negative, 0.1), 0.0);
+    }
 
     #[test]
     fn the_grid_doubles_from_tau_and_ends_at_one_half() {
@@ -279,7 +398,7 @@ mod tests {
         let params = TfplParams::new(0.05, 1e-2).check().unwrap();
         let cancel = AtomicBool::new(false);
         assert!(params.fit(&data, &cancel).unwrap().report.degenerate());
-        let choice = choose_rank_tau(&params, 0.05, &data, None, None, 1, &cancel).unwrap();
+        let choice = choose_rank_tau(&params, 0.05, &data, None, None, 1, DEPTH, &cancel).unwrap();
         assert_eq!(choice.criterion, "validation");
         assert_eq!(choice.tried.len(), 5);
         assert!(choice.tried[0].degenerate);
@@ -300,6 +419,60 @@ mod tests {
         assert_eq!(chosen.validation_tpr, Some(top));
     }
 
+    /// With `reg` searched too, every other R of the grid is fitted at the chosen depth, and
+    /// the choice is the best held-back TPR of all the fits (the start R on ties).
+    #[test]
+    fn an_auto_r_is_chosen_after_the_depth() {
+        let data = overlapping(400, 7);
+        let params = TfplParams::new(0.05, REG_START).check().unwrap();
+        let cancel = AtomicBool::new(false);
+        let both = SearchAxes {
+            depth: true,
+            reg: true,
+        };
+        let choice = choose_rank_tau(&params, 0.05, &data, None, None, 1, both, &cancel).unwrap();
+        let depths = rank_grid(0.05).len();
+        assert_eq!(choice.tried.len(), depths + REG_GRID.len() - 1);
+        assert!(choice.tried[..depths].iter().all(|t| t.reg == REG_START));
+        let by_reg = &choice.tried[depths..];
+        assert!(by_reg.iter().all(|t| t.rank_tau == choice.rank_tau));
+        let regs: Vec<f64> = by_reg.iter().map(|t| t.reg).collect();
+        let others: Vec<f64> = REG_GRID.into_iter().filter(|&r| r != REG_START).collect();
+        assert_eq!(regs, others, "largest first, the start R not refitted");
+        let top = choice
+            .tried
+            .iter()
+            .filter(|t| !t.degenerate)
+            .filter_map(|t| t.validation_tpr)
+            .fold(0.0, f64::max);
+        let chosen = choice
+            .tried
+            .iter()
+            .find(|t| (t.rank_tau, t.reg) == (choice.rank_tau, choice.reg))
+            .unwrap();
+        assert_eq!(chosen.validation_tpr, Some(top), "{choice:?}");
+        // The first fit with the best TPR wins: the start R, else the largest R.
+        let first = choice
+            .tried
+            .iter()
+            .find(|t| !t.degenerate && t.validation_tpr == Some(top))
+            .unwrap();
+        assert_eq!((first.rank_tau, first.reg), (choice.rank_tau, choice.reg));
+
+        // Only R: the depth stays the given one.
+        let fixed = TfplParams::new(0.4, 1e-2).check().unwrap();
+        let only_reg = SearchAxes {
+            depth: false,
+            reg: true,
+        };
+        let choice =
+            choose_rank_tau(&fixed, 0.05, &data, None, None, 1, only_reg, &cancel).unwrap();
+        assert_eq!(choice.rank_tau, 0.4);
+        assert_eq!(choice.tried.len(), REG_GRID.len());
+        assert!(choice.tried.iter().all(|t| t.rank_tau == 0.4));
+        assert!(REG_GRID.contains(&choice.reg));
+    }
+
     #[test]
     fn separable_data_keeps_the_papers_depth() {
         let mut data = overlapping(200, 3);
@@ -311,7 +484,7 @@ mod tests {
         }
         let params = TfplParams::new(0.05, 1e-2).check().unwrap();
         let cancel = AtomicBool::new(false);
-        let choice = choose_rank_tau(&params, 0.05, &data, None, None, 1, &cancel).unwrap();
+        let choice = choose_rank_tau(&params, 0.05, &data, None, None, 1, DEPTH, &cancel).unwrap();
         assert_eq!(choice.rank_tau, 0.05);
         assert!(choice.tried.iter().all(|t| t.validation_tpr == Some(1.0)));
     }
@@ -321,7 +494,7 @@ mod tests {
         let data = overlapping(12, 5);
         let params = TfplParams::new(0.05, 1e-2).check().unwrap();
         let cancel = AtomicBool::new(false);
-        let choice = choose_rank_tau(&params, 0.05, &data, None, None, 1, &cancel).unwrap();
+        let choice = choose_rank_tau(&params, 0.05, &data, None, None, 1, DEPTH, &cancel).unwrap();
         assert_eq!(choice.criterion, "non_degenerate");
         // The search stops at the first depth that gains; if none does, the paper's τ stays
         // (and the gate refuses the constant model).
@@ -351,7 +524,8 @@ mod tests {
         let params = TfplParams::new(0.05, 1e-2).check().unwrap();
         let cancel = AtomicBool::new(false);
         let prior = (0.3, 0.36);
-        let choice = choose_rank_tau(&params, 0.05, &data, Some(prior), None, 2, &cancel).unwrap();
+        let choice =
+            choose_rank_tau(&params, 0.05, &data, Some(prior), None, 2, DEPTH, &cancel).unwrap();
         assert_eq!(choice.criterion, "validation");
         assert!(choice.validation_negatives > choice.validation_positives);
         assert!(rank_grid(0.05).contains(&choice.rank_tau));

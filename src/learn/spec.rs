@@ -23,7 +23,7 @@ use crate::learn::calibrate::CalibrateError;
 use crate::learn::kernel::{Kernel, KernelExpansion};
 use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
 use crate::learn::prior::{prior_bounds, Anchor, PriorBounds, PriorError};
-use crate::learn::rank_tau::{choose_rank_tau, RankChoice};
+use crate::learn::rank_tau::{choose_rank_tau, RankChoice, SearchAxes, REG_START};
 use crate::learn::tfpl::{TfplError, TfplModel, TfplParams, TfplSolver, TfplValidParams};
 use crate::learn::threshold::{OobRule, ThresholdMethod, ThresholdResult};
 use crate::learn::usmo::{UsmoError, UsmoModel, UsmoParams, UsmoValidParams};
@@ -120,8 +120,9 @@ pub struct TfplSpec {
     /// The τ it ranks at, k = ⌊τn⌋ + 1, or `Auto`: chosen per fit from τ, 2τ, … ½ of the
     /// threshold's τ ([`Learner::with_rank_tau_chosen`]).
     pub rank_tau: RankTau,
-    /// R: the L2 regularisation weight.
-    pub reg: f64,
+    /// R, the L2 regularisation weight, or `Auto`: chosen with the ranking depth on held-back
+    /// training rows ([`Learner::with_rank_tau_chosen`]).
+    pub reg: Reg,
     pub solver: TfplSolver,
     /// Largest Gram matrix (or interior-point dense copy) in bytes.
     pub max_gram_bytes: usize,
@@ -134,7 +135,8 @@ impl TfplSpec {
     pub const DEFAULT_TOL: f64 = 1e-6;
 
     /// The checked solver parameters for data with `n_features` features, ranking at
-    /// `rank_tau` unless the spec sets its own number.
+    /// `rank_tau` unless the spec sets its own number; an `auto` R not chosen yet is
+    /// [`crate::learn::rank_tau::REG_START`].
     pub fn params(
         &self,
         rank_tau: f64,
@@ -142,7 +144,10 @@ impl TfplSpec {
         limits: &SolverLimits,
         n_features: usize,
     ) -> Result<TfplValidParams, TfplError> {
-        let mut p = TfplParams::new(self.rank_tau.value().unwrap_or(rank_tau), self.reg);
+        let mut p = TfplParams::new(
+            self.rank_tau.value().unwrap_or(rank_tau),
+            self.reg.value().unwrap_or(REG_START),
+        );
         p.kernel = kernel.kernel(Self::DEFAULT_KERNEL, n_features);
         p.solver = self.solver;
         p.tol = limits.tol.unwrap_or(Self::DEFAULT_TOL);
@@ -221,6 +226,11 @@ pub type PriorEnd = NumberOrAuto;
 /// training rows ([`crate::learn::rank_tau`]).
 pub type RankTau = NumberOrAuto;
 
+/// τ-FPL's R as configured: a positive number, or `auto`, chosen with the ranking depth on
+/// held-back training rows ([`crate::learn::rank_tau`]). Unlike the other settings of this
+/// type it is not limited to (0, 1); the config checks it is positive.
+pub type Reg = NumberOrAuto;
+
 impl NumberOrAuto {
     /// The number, if it is one.
     pub fn value(self) -> Option<f64> {
@@ -274,7 +284,7 @@ impl<'de> serde::Deserialize<'de> for NumberOrAuto {
         impl serde::de::Visitor<'_> for Visitor {
             type Value = NumberOrAuto;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a number in (0, 1) or \"auto\"")
+                f.write_str("a number or \"auto\"")
             }
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<NumberOrAuto, E> {
                 Ok(NumberOrAuto::Value(v))
@@ -567,9 +577,9 @@ impl Learner {
         })
     }
 
-    /// With `rank_tau = auto` (τ-FPL with a threshold), the depth chosen on the training rows
-    /// (not `held_out`) of `scaled` ([`choose_rank_tau`]) and this learner ranking there;
-    /// otherwise this learner and `None`. Without negatives the unlabeled rows stand in for
+    /// With `rank_tau = auto` or `reg = auto` (τ-FPL with a threshold), the depth and R
+    /// chosen on the training rows (not `held_out`) of `scaled` ([`choose_rank_tau`]) and this
+    /// learner fitting with them; otherwise this learner and `None`. Without negatives the unlabeled rows stand in for
     /// them over the threshold's prior interval, as in [`Algorithm::fit_with_held_out`] (with
     /// no interval there is nothing to search: that fit reports what is missing). `previous`
     /// warm-starts the search's first fit.
@@ -583,23 +593,37 @@ impl Learner {
         let (AlgorithmSpec::Tfpl(s), Some(threshold)) = (&self.algorithm, &self.threshold) else {
             return Ok((self, None));
         };
-        if s.rank_tau != RankTau::Auto {
+        let axes = SearchAxes {
+            depth: s.rank_tau.is_auto(),
+            reg: s.reg.is_auto(),
+        };
+        if !axes.depth && !axes.reg {
             return Ok((self, None));
         }
         let prior_interval = threshold.prior_interval();
         if prior_interval.is_none() && scaled.count(Label::Negative) == 0 {
             return Ok((self, None));
         }
-        let params = s.params(
+        let previous = match previous {
+            Some(Fit::Tfpl(m)) => Some(m),
+            _ => None,
+        };
+        // An `auto` R starts where the last fit was: retrains rarely move it far.
+        let start_reg = s
+            .reg
+            .value()
+            .or(previous.map(|m| m.reg))
+            .unwrap_or(REG_START);
+        let spec = TfplSpec {
+            reg: Reg::Value(start_reg),
+            ..s.clone()
+        };
+        let params = spec.params(
             threshold.tau,
             &self.kernel,
             &self.limits,
             scaled.rows.n_features(),
         )?;
-        let previous = match previous {
-            Some(Fit::Tfpl(m)) => Some(m),
-            _ => None,
-        };
         let choice = choose_rank_tau(
             &params,
             threshold.tau,
@@ -607,16 +631,18 @@ impl Learner {
             prior_interval,
             previous,
             self.seed,
+            axes,
             cancel,
         )?;
-        Ok((self.ranking_at(choice.rank_tau), Some(choice)))
+        Ok((self.tuned_at(choice.rank_tau, choice.reg), Some(choice)))
     }
 
-    /// This learner with τ-FPL ranking at `rank_tau` (USMO unchanged).
-    pub fn ranking_at(self, rank_tau: f64) -> Learner {
+    /// This learner with τ-FPL ranking at `rank_tau` with R = `reg` (USMO unchanged).
+    pub fn tuned_at(self, rank_tau: f64, reg: f64) -> Learner {
         let mut spec = self.0;
         if let AlgorithmSpec::Tfpl(s) = &mut spec.algorithm {
             s.rank_tau = RankTau::Value(rank_tau);
+            s.reg = Reg::Value(reg);
         }
         Learner(spec)
     }
@@ -885,7 +911,7 @@ mod tests {
     fn tfpl(rank_tau: RankTau) -> AlgorithmSpec {
         AlgorithmSpec::Tfpl(TfplSpec {
             rank_tau,
-            reg: 1e-2,
+            reg: Reg::Value(1e-2),
             solver: TfplSolver::Auto,
             max_gram_bytes: 1 << 20,
         })
