@@ -380,8 +380,9 @@ impl TfplValidParams {
     /// rows are ignored. With `previous`, FISTA's (α, β) start from its values for the same ids
     /// (0 for new ids), projected onto the new Γ_k; the interior-point solver starts from a
     /// linear previous model's w (`ipm::warm_point`; the daemon's retrains: 8–17 iterations
-    /// instead of 20–35) and redoes a warm solve that stalls cold (`report.warm_start` says
-    /// whether the start was used).
+    /// instead of 20–35), screening out the negatives far below the k-th largest score
+    /// (`ipm::screen`; exact, the certificate is the full problem's), and redoes a warm solve
+    /// that stalls cold (`report.warm_start` says whether the start was used).
     pub fn fit_with(
         &self,
         previous: Option<&TfplModel>,
@@ -1075,6 +1076,224 @@ mod tests {
                     (gain(&ipm) - gain(&fista)).abs() <= 1e-5 * gain(&fista),
                     "ipm {:?} fista {:?}", ipm.report, fista.report
                 );
+            }
+        }
+    }
+
+    /// The rows of `data` as the solvers take them (positives first), with m, n and k at τ.
+    fn ordered(data: &Dataset, tau: f64) -> (Rows, usize, usize, usize) {
+        let (p, n) = (
+            data.indices_of(Label::Positive),
+            data.indices_of(Label::Negative),
+        );
+        let order: Vec<usize> = p.iter().chain(&n).copied().collect();
+        (
+            data.rows.select(&order),
+            p.len(),
+            n.len(),
+            k_for(tau, n.len()),
+        )
+    }
+
+    /// Checks an interior-point outcome against the full problem on `z`: its gains recomputed
+    /// from w and from the dual (full order, in Γ_k) match the reported ones, and the gap
+    /// certifies. Returns P(w) − D.
+    fn full_certificate(out: &ipm::IpmOutcome, z: &Rows, m: usize, k: usize, reg: f64) -> f64 {
+        let mut s = vec![0.0; z.n_rows()];
+        dots_into(z, RowRef::Dense(&out.w), &mut s);
+        let norm2: f64 = out.w.iter().map(|x| x * x).sum();
+        let gain_p = primal_gain(&s[..m], &s[m..], k, 0.5 * reg * norm2, &mut Vec::new());
+        assert!(
+            (gain_p - out.gain_primal).abs() <= 1e-12,
+            "{gain_p} {}",
+            out.gain_primal
+        );
+        let (alpha, beta) = out.dual.split_at(m);
+        assert_eq!(beta.len(), z.n_rows() - m);
+        let (sa, sb) = (alpha.iter().sum::<f64>(), beta.iter().sum::<f64>());
+        assert!((sa - sb).abs() <= 1e-9 * sa.max(1.0));
+        assert!(out.dual.iter().all(|v| *v >= 0.0));
+        assert!(beta.iter().all(|b| *b <= sa / k as f64 * (1.0 + 1e-12)));
+        let signed: Vec<f64> = alpha
+            .iter()
+            .copied()
+            .chain(beta.iter().map(|b| -b))
+            .collect();
+        let mut v = Vec::new();
+        z.transpose_times(&signed, &mut v);
+        let quad = v.iter().map(|x| x * x).sum::<f64>() / (m as f64 * reg);
+        let gain_d = dual_gain(alpha, quad).0;
+        assert!(
+            (gain_d - out.gain_dual).abs() <= 1e-9 * out.gain_dual.max(1e-6),
+            "{gain_d} {}",
+            out.gain_dual
+        );
+        assert!(out.gain_primal <= gain_d + 1e-15);
+        gain_d - gain_p
+    }
+
+    /// A warm interior-point solve screens the negatives outside the warm top ⌈1.5k⌉ + 32 and
+    /// adds back those that climb: it certifies the full problem's optimum, the cold solve's and
+    /// the unscreened warm solve's, on windows of a retrain, from models of other data (far
+    /// starts, where negatives are added back) and on a problem whose optimum is w = 0.
+    #[test]
+    fn screened_warm_solves_certify_the_full_optimum() {
+        let cancel = AtomicBool::new(false);
+        let (m, n, d) = (300, 1500, 10);
+        let data = synthetic(21, m, n, d);
+        let slide: Vec<usize> = (m / 10..m).chain(m + n / 10..m + n).collect();
+        let before: Vec<usize> = (0..m - m / 10).chain(m..m + n - n / 10).collect();
+        // Positives drawn like the negatives: w* = 0 at a shallow depth.
+        let alike = Dataset {
+            labels: (0..m + n)
+                .map(|i| {
+                    if i < m {
+                        Label::Positive
+                    } else {
+                        Label::Negative
+                    }
+                })
+                .collect(),
+            ..synthetic(22, 0, m + n, d)
+        };
+        let mut readded = 0;
+        for (case, tau, reg) in [
+            ("retrain", 0.02, 1e-2),
+            ("retrain", 0.1, 1e-3),
+            ("retrain", 0.4, 1e-1),
+            ("other data", 0.02, 1e-2),
+            ("other data", 0.1, 1e-3),
+            ("other data", 0.3, 1e-1),
+            ("w* = 0", 0.01, 1e-2),
+        ] {
+            let mut prm = TfplParams::new(tau, reg);
+            prm.tol = 1e-8;
+            prm.solver = TfplSolver::Ipm;
+            let prm = prm.check().unwrap();
+            let (window, previous) = match case {
+                "retrain" => (data.select(&slide), prm.fit(&data.select(&before), &cancel)),
+                "other data" => {
+                    // Another direction altogether: the positives shifted along other features.
+                    let mut other = synthetic(23, m, n, d);
+                    if let Rows::Dense(x) = &mut other.rows {
+                        x.slice_mut(ndarray::s![..m, ..]).mapv_inplace(|v| -v);
+                    }
+                    (data.select(&slide), prm.fit(&other, &cancel))
+                }
+                _ => (alike.clone(), prm.fit(&data, &cancel)),
+            };
+            let previous = previous.unwrap();
+            let w0 = previous.expansion.linear_weights().unwrap();
+            let (z, m, n, k) = ordered(&window, tau);
+            let solve = |warm, size: fn(usize, usize) -> usize| {
+                ipm::solve_screened(&z, m, k, &prm, warm, size, &cancel, Instant::now()).unwrap()
+            };
+            let screened = solve(Some(w0), ipm::screen_size);
+            let unscreened = solve(Some(w0), |_, n| n);
+            let cold = solve(None, |_, n| n);
+            let what = format!("{case} τ {tau}: {:?}", screened.screening);
+            assert!(screened.screening.kept_first < n, "{what}");
+            assert_eq!(unscreened.screening.kept_last, n);
+            readded += screened.screening.readded;
+            for out in [&screened, &unscreened, &cold] {
+                assert!(matches!(out.stop, Stop::Converged), "{what}");
+            }
+            let gaps: Vec<f64> = [&screened, &cold]
+                .iter()
+                .map(|out| full_certificate(out, &z, m, k, reg))
+                .collect();
+            // Each certificate bounds the other's gain.
+            assert!(screened.gain_primal <= cold.gain_dual + 1e-15, "{what}");
+            assert!(cold.gain_primal <= screened.gain_dual + 1e-15, "{what}");
+            assert!(
+                (screened.gain_primal - cold.gain_primal).abs()
+                    <= 1e-6 * cold.gain_primal.max(1e-6),
+                "{what}: {} {}",
+                screened.gain_primal,
+                cold.gain_primal
+            );
+            // P is R-strongly convex: ‖w − w*‖² ≤ 2(P(w) − D)/R for each of them.
+            let distance = screened
+                .w
+                .iter()
+                .zip(&cold.w)
+                .map(|(a, b)| (a - b) * (a - b))
+                .sum::<f64>()
+                .sqrt();
+            let bound: f64 = gaps.iter().map(|g| (2.0 * g.max(0.0) / reg).sqrt()).sum();
+            assert!(distance <= bound + 1e-9, "{what}: {distance} > {bound}");
+            if case == "w* = 0" {
+                assert!(screened.gain_primal.abs() <= 1e-9, "{what}");
+            } else {
+                assert!(screened.gain_primal > 1e-3, "{what}");
+            }
+            // fit_with maps the full-order duals to ids: the model's β by id is the outcome's.
+            let fit = prm.fit_with(Some(&previous), &window, &cancel).unwrap();
+            assert!(fit.report.converged && fit.report.warm_start, "{what}");
+            assert_eq!(fit.beta.len(), n);
+            let negatives = window.indices_of(Label::Negative);
+            for (j, &row) in negatives.iter().enumerate() {
+                let id = &window.ids[row];
+                let at = fit.beta.binary_search_by(|s| s.id.cmp(id)).unwrap();
+                assert_eq!(fit.beta[at].value, screened.dual[m + j], "{what}");
+            }
+        }
+        assert!(readded > 0, "no solve added a screened-out negative back");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(200))]
+        /// Screening as hard as it goes (only k negatives kept at the start) on random problems,
+        /// ties and w* = 0 included, warm from a model of other data or from FISTA's w: the
+        /// interior point still certifies the full problem, at the cold solve's optimum.
+        #[test]
+        fn hard_screening_keeps_the_optimum_on_random_problems(
+            seed in 0u64..1_000_000,
+            m in 1usize..25,
+            n in 8usize..60,
+            d in 1usize..6,
+            tau in 0.0..0.4f64,
+            log_reg in -4.0..2.0f64,
+            rounded in proptest::bool::ANY,
+        ) {
+            let mut data = synthetic(seed, m, n, d);
+            if rounded {
+                data.rows = Rows::dense(
+                    data.rows.as_dense().unwrap().mapv(|v| (v * 2.0).round() / 2.0),
+                );
+            }
+            let reg = 10f64.powf(log_reg);
+            let cancel = AtomicBool::new(false);
+            let mut prm = TfplParams::new(tau, reg);
+            prm.tol = 1e-7;
+            prm.solver = TfplSolver::Ipm;
+            let prm = prm.check().unwrap();
+            let mut fista = TfplParams::new(tau, reg);
+            fista.tol = 1e-4;
+            fista.solver = TfplSolver::Fista;
+            fista.max_iter = Some(2_000);
+            let fista = fista.check().unwrap().fit(&data, &cancel).unwrap();
+            let stale = fit_other(&prm, seed, m, n, d);
+            let (z, m, n, k) = ordered(&data, tau);
+            let solve = |warm, size: fn(usize, usize) -> usize| {
+                ipm::solve_screened(&z, m, k, &prm, warm, size, &cancel, Instant::now()).unwrap()
+            };
+            let cold = solve(None, ipm::screen_size);
+            proptest::prop_assert!(matches!(cold.stop, Stop::Converged));
+            for previous in [&fista, &stale] {
+                let w0 = previous.expansion.linear_weights();
+                let warm = solve(w0, |k, _| k);
+                proptest::prop_assert!(
+                    matches!(warm.stop, Stop::Converged),
+                    "{:?} after {} iterations", warm.screening, warm.iterations
+                );
+                proptest::prop_assert!(
+                    warm.screening.kept_first == k || w0.is_none() || k * 10 > n * 9,
+                    "{:?}", warm.screening
+                );
+                full_certificate(&warm, &z, m, k, reg);
+                proptest::prop_assert!(warm.gain_primal <= cold.gain_dual + 1e-15);
+                proptest::prop_assert!(cold.gain_primal <= warm.gain_dual + 1e-15);
             }
         }
     }

@@ -27,13 +27,17 @@
 //! [`project`]) and scaled optimally along its ray, which gives a feasible dual point and the
 //! lower bound D; the primal iterate w gives P(w). The solver stops when the gain-relative gap
 //! of [`super::TfplReport::relative_gap`] is ≤ tol, and returns the best primal and dual points seen.
+//!
+//! A warm solve (a retrain) works with the negatives whose scores rank near or above the k-th
+//! and adds back in flight those that climb ([`screen`]): every row still enters P(w) and the
+//! certificate, only S and the other O(·d) products skip the rest.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use faer::linalg::solvers::Solve;
 use ndarray::linalg::general_mat_mul;
-use ndarray::{s, Array2, ArrayView1, ArrayView2};
+use ndarray::{s, Array2, ArrayView1, ArrayView2, Axis};
 
 use super::{certified, dual_gain, primal_gain, Stop, TfplError, TfplParams};
 use crate::data::rows::dense_dot;
@@ -65,6 +69,18 @@ pub(super) struct IpmOutcome {
     pub iterations: u64,
     pub stop: Stop,
     pub visits: u64,
+    pub screening: Screening,
+}
+
+/// What the screening of a warm solve did ([`screen`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Screening {
+    /// Negatives the solve started with (all of them when none was screened out).
+    pub kept_first: usize,
+    /// Negatives in the problem when it stopped.
+    pub kept_last: usize,
+    /// Iterations at which screened-out negatives were added back (see [`screen`]).
+    pub readded: u32,
 }
 
 /// The iterate: primal (w, t, h, η, ξ), slacks (p, q) and multipliers (λ, μ, ζ, ν).
@@ -115,13 +131,29 @@ struct Reduced {
 }
 
 /// Solves (6) for the rows `z` (positives first: m of them, then the negatives). Sparse rows
-/// are copied dense once; the caller checks that copy against the byte budget.
+/// are copied dense once; the caller checks that copy against the byte budget. A warm start
+/// screens the negatives ([`screen`]).
 pub(super) fn solve(
     z: &Rows,
     m: usize,
     k: usize,
     params: &TfplParams,
     warm: Option<&[f64]>,
+    cancel: &AtomicBool,
+    start: Instant,
+) -> Result<IpmOutcome, TfplError> {
+    solve_screened(z, m, k, params, warm, screen_size, cancel, start)
+}
+
+/// [`solve`] keeping `size(k, n)` negatives at a warm start.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn solve_screened(
+    z: &Rows,
+    m: usize,
+    k: usize,
+    params: &TfplParams,
+    warm: Option<&[f64]>,
+    size: fn(usize, usize) -> usize,
     cancel: &AtomicBool,
     start: Instant,
 ) -> Result<IpmOutcome, TfplError> {
@@ -143,8 +175,13 @@ pub(super) fn solve(
     let n = len - m;
     let (xp, xn) = (x.slice(s![..m, ..]), x.slice(s![m.., ..]));
     let (mf, kf, reg) = (m as f64, k as f64, params.reg);
-    let mut pt = match warm.filter(|w| w.len() == d) {
-        Some(w) => warm_point(w, xp, xn, k),
+    let warm = warm.filter(|w| w.len() == d);
+    let mut negs = match warm {
+        Some(w) => screen(xn, w, k, size(k, n)),
+        None => Negatives::all(xn),
+    };
+    let mut pt = match warm {
+        Some(w) => warm_point(w, xp, negs.rows(), k),
         None => cold_point(d, m, n, kf),
     };
     let mut ws = ProjectionWorkspace::default();
@@ -157,21 +194,59 @@ pub(super) fn solve(
         iterations: 0,
         stop: Stop::Limit,
         visits: 0,
+        screening: Screening {
+            kept_first: negs.kept.len(),
+            ..Screening::default()
+        },
     };
-    let (mut alpha, mut beta) = (vec![0.0; m], vec![0.0; n]);
+    let mut alpha = vec![0.0; m];
     let mut block = Array2::zeros((BLOCK_ROWS.min(len), d));
     loop {
         if cancel.load(Ordering::Relaxed) {
             outcome.stop = Stop::Cancelled;
-            return Ok(outcome);
+            break;
         }
-        let sp = xp.dot(&ArrayView1::from(&pt.w[..])).to_vec();
-        let sn = xn.dot(&ArrayView1::from(&pt.w[..])).to_vec();
+        let w_view = ArrayView1::from(&pt.w[..]);
+        let sp = xp.dot(&w_view).to_vec();
+        let mut sn = negs.rows().dot(&w_view).to_vec();
+        // Screened-out negatives that reach the `size`-th largest kept score join the problem
+        // (see `screen`); the primal gain is the full problem's, with every negative's score.
+        let mut all_sn = Vec::new();
+        if !negs.dropped.is_empty() {
+            let mut sd: Vec<f64> = negs
+                .dropped
+                .iter()
+                .map(|&j| negs.all.row(j).dot(&w_view))
+                .collect();
+            let bar = kth_largest(&sn, negs.size);
+            if sd.iter().any(|s| *s >= bar) {
+                // After a few such iterations all of them join: the full problem.
+                let everything = outcome.screening.readded + 1 >= SCREEN_EVENTS;
+                let joins: Vec<bool> = sd.iter().map(|s| everything || *s >= bar).collect();
+                let joining: Vec<usize> = (0..sd.len()).filter(|&i| joins[i]).collect();
+                let scores: Vec<f64> = joining.iter().map(|&i| sd[i]).collect();
+                sd = (0..sd.len())
+                    .filter(|&i| !joins[i])
+                    .map(|i| sd[i])
+                    .collect();
+                pt.add_negatives(&scores, kf);
+                sn.extend_from_slice(&scores);
+                negs.add(&joining);
+                outcome.screening.readded += 1;
+            }
+            all_sn.extend_from_slice(&sn);
+            all_sn.extend_from_slice(&sd);
+        }
 
-        // The certificate: the primal gain at w, the dual gain at the projected multipliers.
+        // The certificate: the primal gain at w, the dual gain at the projected multipliers
+        // (with β = 0 for the screened-out negatives).
         let gain_p = primal_gain(
             &sp,
-            &sn,
+            if negs.dropped.is_empty() {
+                &sn
+            } else {
+                &all_sn
+            },
             k,
             0.5 * reg * dense_dot(&pt.w, &pt.w),
             &mut scratch,
@@ -180,39 +255,46 @@ pub(super) fn solve(
             outcome.gain_primal = gain_p;
             outcome.w.clone_from(&pt.w);
         }
+        // From here on the problem is the kept negatives'.
+        let xn = negs.rows();
+        let mut beta = vec![0.0; negs.kept.len()];
         let a0: Vec<f64> = pt.lam.iter().map(|l| l * mf).collect();
         let b0: Vec<f64> = pt.mu.iter().map(|u| u * mf).collect();
         let stats = project(&a0, &b0, k, &mut alpha, &mut beta, &mut ws)?;
         outcome.visits += stats.visits;
-        let v = signed_transpose(z, &alpha, &beta);
+        let v = signed_transpose(xp, xn, &alpha, &beta);
         let (gain_d, scale) = dual_gain(&alpha, dense_dot(&v, &v) / (mf * reg));
         if gain_d < outcome.gain_dual {
             outcome.gain_dual = gain_d;
-            for (o, v) in outcome.dual.iter_mut().zip(alpha.iter().chain(&beta)) {
-                *o = v * scale;
+            outcome.dual.fill(0.0);
+            for (o, a) in outcome.dual.iter_mut().zip(&alpha) {
+                *o = a * scale;
+            }
+            for (&j, b) in negs.kept.iter().zip(&beta) {
+                outcome.dual[m + j] = b * scale;
             }
         }
         if certified(outcome.gain_primal, outcome.gain_dual, params.tol) {
             outcome.stop = Stop::Converged;
-            return Ok(outcome);
+            break;
         }
         if outcome.iterations >= MAX_ITERATIONS || params.limit_reached(outcome.iterations, start) {
-            return Ok(outcome);
+            break;
         }
 
-        let r = residuals(&pt, z, &sp, &sn, reg, kf);
+        let r = residuals(&pt, xp, xn, &sp, &sn, reg, kf);
         let Some(red) = reduce(&pt, xp, xn, reg, kf, &mut block) else {
             // S lost positive definiteness to round-off: the iterate cannot improve further.
-            return Ok(outcome);
+            break;
         };
-        let pairs = (m + 2 * n) as f64;
+        let pairs = (m + 2 * negs.kept.len()) as f64;
         let mu_bar =
             (dense_dot(&pt.p, &pt.lam) + dense_dot(&pt.q, &pt.mu) + dense_dot(&pt.eta, &pt.zeta))
                 / pairs;
 
         // Predictor: the affine direction (complementarity driven to zero).
         let solve_for = |c_p: &[f64], c_q: &[f64], c_z: &[f64]| {
-            direction(&pt, &r, &red, z, xp, xn, kf, c_p, c_q, c_z)
+            direction(&pt, &r, &red, xp, xn, kf, c_p, c_q, c_z)
         };
         let neg = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| -a * b).collect::<Vec<_>>();
         let affine = solve_for(
@@ -246,15 +328,134 @@ pub(super) fn solve(
         );
         let step = (STEP_FRACTION * max_step(&pt, &dir)).min(1.0);
         if !(step > 0.0 && step.is_finite()) {
-            return Ok(outcome);
+            break;
         }
         let mut next = take_step(&pt, &dir, step);
         if !next.is_finite() {
-            return Ok(outcome);
+            break;
         }
         std::mem::swap(&mut pt, &mut next);
         outcome.iterations += 1;
     }
+    outcome.screening.kept_last = negs.kept.len();
+    Ok(outcome)
+}
+
+/// A warm solve works with the negatives ranked in the top ⌈[`SCREEN_FACTOR`]·k⌉ +
+/// [`SCREEN_SLACK`] ([`screen`]). On the 1 M-event replay (k from 0.05 to 0.5 of 3 500
+/// negatives) 1.35–1.75 cost about the same rows × iterations, 1.25 and 2 more.
+const SCREEN_FACTOR: f64 = 1.5;
+const SCREEN_SLACK: usize = 32;
+
+/// Screening is not tried when it would keep more than this share of the negatives: the
+/// restricted problem would cost nearly as much as the full one.
+const SCREEN_MAX_SHARE: f64 = 0.9;
+
+/// Iterations that add screened-out negatives back before the next one adds all of them (a
+/// warm start far from the new optimum).
+const SCREEN_EVENTS: u32 = 8;
+
+/// Negatives a warm solve keeps at depth k (of n negatives).
+pub(super) fn screen_size(k: usize, _n: usize) -> usize {
+    ((SCREEN_FACTOR * k as f64).ceil() as usize).saturating_add(SCREEN_SLACK)
+}
+
+/// Screening of a warm solve: it starts with the negatives of the `size` largest scores under
+/// the warm w (all of them when that is over [`SCREEN_MAX_SHARE`] of them), and at each iterate
+/// the left-out ones that reach the `size`-th largest kept score join (`run`), so the kept
+/// negatives always hold the `size` ≥ k largest scores.
+///
+/// Exact: leaving negatives out only lowers the top-k mean, so the restricted P_K ≤ P, equal
+/// wherever the k largest scores are kept, so the restricted optimum is the full one. The
+/// certificate is the full problem's anyway: P(w) over every row, and the dual padded with
+/// β = 0 lies in the full Γ_k with the same g (docs/tau-fpl.md §1.5).
+fn screen<'a>(xn: ArrayView2<'a, f64>, w: &[f64], k: usize, size: usize) -> Negatives<'a> {
+    let n = xn.nrows();
+    // At least k are kept, or Γ_k of the kept negatives would hold α = 0 only.
+    let size = size.max(k);
+    if size as f64 > SCREEN_MAX_SHARE * n as f64 {
+        return Negatives::all(xn);
+    }
+    let scores = xn.dot(&ArrayView1::from(w));
+    let mut order: Vec<usize> = (0..n).collect();
+    order.select_nth_unstable_by(size, |a, b| scores[*b].total_cmp(&scores[*a]));
+    let mut keep = vec![false; n];
+    for &j in &order[..size] {
+        keep[j] = true;
+    }
+    let kept: Vec<usize> = (0..n).filter(|&j| keep[j]).collect();
+    let dropped = (0..n).filter(|&j| !keep[j]).collect();
+    Negatives {
+        all: xn,
+        copy: Some(xn.select(Axis(0), &kept)),
+        kept,
+        dropped,
+        size,
+    }
+}
+
+/// The negatives a solve works with: `kept` (indices into `all`, rows copied in `copy` unless
+/// all are kept) and the screened-out rest.
+struct Negatives<'a> {
+    all: ArrayView2<'a, f64>,
+    copy: Option<Array2<f64>>,
+    kept: Vec<usize>,
+    dropped: Vec<usize>,
+    /// The kept negatives include the `size` largest scores of all at every iterate.
+    size: usize,
+}
+
+impl<'a> Negatives<'a> {
+    fn all(xn: ArrayView2<'a, f64>) -> Self {
+        Negatives {
+            all: xn,
+            copy: None,
+            kept: (0..xn.nrows()).collect(),
+            dropped: Vec::new(),
+            size: xn.nrows(),
+        }
+    }
+
+    /// The kept negatives' rows, in `kept` order.
+    fn rows(&self) -> ArrayView2<'_, f64> {
+        match &self.copy {
+            Some(copy) => copy.view(),
+            None => self.all.view(),
+        }
+    }
+
+    /// Moves the dropped negatives at `positions` (ascending, into `dropped`) to the end of
+    /// the kept ones.
+    fn add(&mut self, positions: &[usize]) {
+        let joining: Vec<usize> = positions.iter().map(|&i| self.dropped[i]).collect();
+        let rows = self.all.select(Axis(0), &joining);
+        self.kept.extend_from_slice(&joining);
+        // The rows have the copy's columns, so appending them cannot fail; a fresh copy if
+        // it did.
+        let grown = self.copy.take().and_then(|mut copy| {
+            copy.append(Axis(0), rows.view()).ok()?;
+            Some(copy)
+        });
+        self.copy = Some(grown.unwrap_or_else(|| self.all.select(Axis(0), &self.kept)));
+        let mut position = positions.iter().peekable();
+        let mut index = 0;
+        self.dropped.retain(|_| {
+            let leaving = position.next_if_eq(&&index).is_some();
+            index += 1;
+            !leaving
+        });
+    }
+}
+
+/// The k-th largest of `values` (−∞ if there are fewer).
+fn kth_largest(values: &[f64], k: usize) -> f64 {
+    if k == 0 || k > values.len() {
+        return f64::NEG_INFINITY;
+    }
+    let mut scratch = values.to_vec();
+    *scratch
+        .select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a))
+        .1
 }
 
 /// The cold start: w = 0 and every slack and multiplier at a central value.
@@ -298,15 +499,7 @@ fn warm_point(w: &[f64], xp: ArrayView2<'_, f64>, xn: ArrayView2<'_, f64>, k: us
         let (mut eta, mut q, mut mu, mut zeta) =
             (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
         for j in 0..n {
-            // η − c = q, q·μ = η·ζ = c0, μ + ζ = κ: κη² − (κc + 2c0)η + c0·c = 0, the root
-            // above max(0, c).
-            let c = sn[j] - t;
-            let b = kappa * c + 2.0 * c0;
-            let root = (b + (b * b - 4.0 * kappa * c0 * c).max(0.0).sqrt()) / (2.0 * kappa);
-            eta[j] = root;
-            q[j] = root - c;
-            mu[j] = c0 / q[j];
-            zeta[j] = c0 / root;
+            (eta[j], q[j], mu[j], zeta[j]) = negative_pair(sn[j] - t, kappa, c0);
         }
         let h = t + eta.iter().sum::<f64>() / kf;
         let (mut xi, mut p, mut lam) = (vec![0.0; m], vec![0.0; m], vec![0.0; m]);
@@ -336,17 +529,48 @@ fn warm_point(w: &[f64], xp: ArrayView2<'_, f64>, xn: ArrayView2<'_, f64>, k: us
     build(build(2.0).nu)
 }
 
-/// Zᵀ(a, −b) = Σ a_i x_i − Σ b_j x_j over the positives and then the negatives of `z`.
-fn signed_transpose(z: &Rows, a: &[f64], b: &[f64]) -> Vec<f64> {
-    let signed: Vec<f64> = a.iter().copied().chain(b.iter().map(|v| -v)).collect();
-    let mut out = Vec::new();
-    z.transpose_times(&signed, &mut out);
+/// (η, q, μ, ζ) of a negative whose score is c above the threshold t, with μ + ζ = κ and both
+/// complementarity products c0: η − c = q, q·μ = η·ζ = c0 give κη² − (κc + 2c0)η + c0·c = 0,
+/// whose root above max(0, c) is η.
+fn negative_pair(c: f64, kappa: f64, c0: f64) -> (f64, f64, f64, f64) {
+    let b = kappa * c + 2.0 * c0;
+    let root = (b + (b * b - 4.0 * kappa * c0 * c).max(0.0).sqrt()) / (2.0 * kappa);
+    let q = root - c;
+    (root, q, c0 / q, c0 / root)
+}
+
+/// Xpᵀa − Xnᵀb, row by row (each row is contiguous); zero weights are skipped.
+fn signed_transpose(
+    xp: ArrayView2<'_, f64>,
+    xn: ArrayView2<'_, f64>,
+    a: &[f64],
+    b: &[f64],
+) -> Vec<f64> {
+    let mut out = vec![0.0; xp.ncols()];
+    let weighted = xp
+        .outer_iter()
+        .zip(a.iter().copied())
+        .chain(xn.outer_iter().zip(b.iter().map(|v| -v)));
+    for (row, c) in weighted {
+        if c == 0.0 {
+            continue;
+        }
+        out.iter_mut().zip(row).for_each(|(o, x)| *o += c * x);
+    }
     out
 }
 
-fn residuals(pt: &Point, z: &Rows, sp: &[f64], sn: &[f64], reg: f64, kf: f64) -> Residuals {
+fn residuals(
+    pt: &Point,
+    xp: ArrayView2<'_, f64>,
+    xn: ArrayView2<'_, f64>,
+    sp: &[f64],
+    sn: &[f64],
+    reg: f64,
+    kf: f64,
+) -> Residuals {
     let mf = pt.xi.len() as f64;
-    let lam_mu_x = signed_transpose(z, &pt.lam, &pt.mu);
+    let lam_mu_x = signed_transpose(xp, xn, &pt.lam, &pt.mu);
     Residuals {
         w: (0..pt.w.len())
             .map(|c| reg * pt.w[c] - lam_mu_x[c])
@@ -509,7 +733,6 @@ fn direction(
     pt: &Point,
     r: &Residuals,
     red: &Reduced,
-    z: &Rows,
     xp: ArrayView2<'_, f64>,
     xn: ArrayView2<'_, f64>,
     kf: f64,
@@ -528,7 +751,7 @@ fn direction(
     let psi: Vec<f64> = (0..n).map(|j| r.eta[j] - c_z[j] / pt.eta[j]).collect();
     let a_rho: Vec<f64> = (0..m).map(|i| red.a[i] * rho[i]).collect();
     let g_phi_psi: Vec<f64> = (0..n).map(|j| red.g[j] * phi[j] + psi[j]).collect();
-    let x_terms = signed_transpose(z, &a_rho, &g_phi_psi);
+    let x_terms = signed_transpose(xp, xn, &a_rho, &g_phi_psi);
     let mut rhs: Vec<f64> = (0..d).map(|c| -r.w[c] + x_terms[c]).collect();
     rhs.push(-r.t + g_phi_psi.iter().sum::<f64>());
     rhs.push(-r.h - a_rho.iter().sum::<f64>());
@@ -613,6 +836,36 @@ fn take_step(pt: &Point, dir: &Direction, step: f64) -> Point {
 }
 
 impl Point {
+    /// Adds negatives with the given scores to the iterate, each pair's complementarity at the
+    /// current average and μ + ζ at the kept negatives' mean, so that their η and q equations
+    /// hold; the other residuals they change shrink with the rest.
+    fn add_negatives(&mut self, scores: &[f64], kf: f64) {
+        let n = self.eta.len() as f64;
+        let pairs = (self.xi.len() as f64) + 2.0 * n;
+        let c0 = (dense_dot(&self.p, &self.lam)
+            + dense_dot(&self.q, &self.mu)
+            + dense_dot(&self.eta, &self.zeta))
+            / pairs;
+        let kappa = match self
+            .mu
+            .iter()
+            .zip(&self.zeta)
+            .map(|(u, z)| u + z)
+            .sum::<f64>()
+            / n
+        {
+            kappa if kappa > 0.0 && kappa.is_finite() => kappa,
+            _ => self.nu / kf,
+        };
+        for s in scores {
+            let (eta, q, mu, zeta) = negative_pair(s - self.t, kappa, c0);
+            self.eta.push(eta);
+            self.q.push(q);
+            self.mu.push(mu);
+            self.zeta.push(zeta);
+        }
+    }
+
     fn is_finite(&self) -> bool {
         [self.t, self.h, self.nu].iter().all(|v| v.is_finite())
             && [
