@@ -555,7 +555,11 @@ fn signed_transpose(
         if c == 0.0 {
             continue;
         }
-        out.iter_mut().zip(row).for_each(|(o, x)| *o += c * x);
+        // Over slices the loop vectorises; ndarray's element iterator does not.
+        match row.as_slice() {
+            Some(x) => out.iter_mut().zip(x).for_each(|(o, x)| *o += c * x),
+            None => out.iter_mut().zip(row).for_each(|(o, x)| *o += c * x),
+        }
     }
     out
 }
