@@ -1241,7 +1241,11 @@ fn tfpl_umbrella_threshold_is_certified_and_flags_scores() {
     assert_eq!(u64_of(&r, "n_negative"), 222);
     // k = ⌊τ'·222⌋ + 1 at the depth τ' the search chose (0.2 with seed 4: 45).
     let depth = f64_of(&r, "rank_tau");
-    assert_eq!(u64_of(&r, "k"), (depth * 222.0).floor() as u64 + 1, "depth {depth}");
+    assert_eq!(
+        u64_of(&r, "k"),
+        (depth * 222.0).floor() as u64 + 1,
+        "depth {depth}"
+    );
     let bound = f64_of(&r, "fpr_bound");
     assert!(bound > 0.0 && bound <= 0.1, "fpr_bound {bound}");
     assert!(f64_of(&r, "tpr_estimate") > 0.8);
