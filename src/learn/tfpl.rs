@@ -1018,6 +1018,21 @@ mod tests {
         }
     }
 
+    /// [`synthetic`] data for the property tests; `rounded`: coarse values, so many scores
+    /// tie.
+    fn random_problem(seed: u64, m: usize, n: usize, d: usize, rounded: bool) -> Dataset {
+        let mut data = synthetic(seed, m, n, d);
+        if rounded {
+            data.rows = Rows::dense(
+                data.rows
+                    .as_dense()
+                    .expect("synthetic rows are dense")
+                    .mapv(|v| (v * 2.0).round() / 2.0),
+            );
+        }
+        data
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::test_runner::Config::with_cases(200))]
         /// On random problems — ties and exact zeros included, R from 1e-6 to 100 — the
@@ -1033,13 +1048,7 @@ mod tests {
             log_reg in -6.0..2.0f64,
             rounded in proptest::bool::ANY,
         ) {
-            let mut data = synthetic(seed, m, n, d);
-            if rounded {
-                // Coarse values: many ties among the scores.
-                data.rows = Rows::dense(
-                    data.rows.as_dense().unwrap().mapv(|v| (v * 2.0).round() / 2.0),
-                );
-            }
+            let data = random_problem(seed, m, n, d, rounded);
             let reg = 10f64.powf(log_reg);
             let cancel = AtomicBool::new(false);
             let fit = |solver| {
@@ -1256,12 +1265,7 @@ mod tests {
             log_reg in -4.0..2.0f64,
             rounded in proptest::bool::ANY,
         ) {
-            let mut data = synthetic(seed, m, n, d);
-            if rounded {
-                data.rows = Rows::dense(
-                    data.rows.as_dense().unwrap().mapv(|v| (v * 2.0).round() / 2.0),
-                );
-            }
+            let data = random_problem(seed, m, n, d, rounded);
             let reg = 10f64.powf(log_reg);
             let cancel = AtomicBool::new(false);
             let mut prm = TfplParams::new(tau, reg);
