@@ -4,7 +4,6 @@ use serde::{Deserialize, Serialize};
 
 use super::values::HumanDuration;
 use crate::data::ScaleKind;
-use crate::learn::rank_tau::REG_START;
 use crate::learn::spec::{
     AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, Reg,
     SolverLimits, TfplSpec, ThresholdSettings, UsmoSpec,
@@ -301,8 +300,11 @@ impl ModelConfig {
                 format!("must be in 1..=99, got {}", m.calibration_percent),
             );
         }
-        let reg = m.reg.value().unwrap_or(REG_START);
-        for (key, v) in [("model.lambda", m.lambda), ("model.reg", reg)] {
+        let numbers = [
+            ("model.lambda", Some(m.lambda)),
+            ("model.reg", m.reg.value()),
+        ];
+        for (key, v) in numbers.into_iter().filter_map(|(key, v)| Some((key, v?))) {
             if !(v.is_finite() && v > 0.0) {
                 return bad(key, format!("must be finite and > 0, got {v}"));
             }

@@ -187,9 +187,16 @@ pub fn choose_rank_tau(
         };
         Ok::<_, TfplError>((fit, tried, key))
     };
-    let better = |key: f64, best: Option<(f64, f64, f64)>| match best {
+    // The best fit so far: its depth, R, key, and the fit (the R search's first warm start).
+    struct Best {
+        depth: f64,
+        reg: f64,
+        key: f64,
+        fit: TfplModel,
+    }
+    let better = |key: f64, best: &Option<Best>| match best {
         None => true,
-        Some((_, _, best_key)) => key > best_key + 1e-12,
+        Some(b) => key > b.key + 1e-12,
     };
     let depths = if axes.depth {
         rank_grid(tau)
@@ -197,9 +204,7 @@ pub fn choose_rank_tau(
         vec![params.tau]
     };
     let mut tried = Vec::new();
-    // (depth, R, key) of the best fit so far, and that fit (the R search's first warm start).
-    let mut best: Option<(f64, f64, f64)> = None;
-    let mut best_fit: Option<TfplModel> = None;
+    let mut best: Option<Best> = None;
     let mut warm = previous.cloned();
     for depth in depths {
         if cancel.load(Ordering::Relaxed) {
@@ -208,9 +213,13 @@ pub fn choose_rank_tau(
         let (fit, attempt, key) = try_fit(depth, params.reg, warm.as_ref())?;
         let gains = !attempt.degenerate;
         tried.push(attempt);
-        if better(key, best) {
-            best = Some((depth, params.reg, key));
-            best_fit = Some(fit.clone());
+        if better(key, &best) {
+            best = Some(Best {
+                depth,
+                reg: params.reg,
+                key,
+                fit: fit.clone(),
+            });
         }
         warm = Some(fit);
         if !validated && gains {
@@ -221,38 +230,43 @@ pub fn choose_rank_tau(
     // previous fit every R of the grid is tried; with one (the daemon's later searches) R
     // walks from the start one decade at a time in each direction while the criterion
     // improves: retrains move R little, and the walk costs 2–3 fits instead of 7.
-    if let (true, true, Some((depth, _, _))) = (axes.reg, validated, best) {
-        let regs: Vec<Vec<f64>> = match previous {
-            None => vec![REG_GRID
+    let walk = previous.is_some();
+    let directions: Vec<Vec<f64>> = if walk {
+        vec![
+            REG_GRID
                 .into_iter()
-                .filter(|&reg| reg != params.reg)
-                .collect()],
-            Some(_) => {
-                let larger: Vec<f64> = REG_GRID
-                    .into_iter()
-                    .filter(|&reg| reg > params.reg)
-                    .rev()
-                    .collect();
-                let smaller = REG_GRID
-                    .into_iter()
-                    .filter(|&reg| reg < params.reg)
-                    .collect();
-                vec![larger, smaller]
-            }
-        };
-        let walk = previous.is_some();
-        for direction in regs {
-            let mut warm = best_fit.clone();
+                .filter(|&reg| reg > params.reg)
+                .rev()
+                .collect(),
+            REG_GRID
+                .into_iter()
+                .filter(|&reg| reg < params.reg)
+                .collect(),
+        ]
+    } else {
+        vec![REG_GRID
+            .into_iter()
+            .filter(|&reg| reg != params.reg)
+            .collect()]
+    };
+    let depth = best.as_ref().map(|b| b.depth);
+    if let (true, true, Some(depth)) = (axes.reg, validated, depth) {
+        for direction in directions {
+            let mut warm = best.as_ref().map(|b| b.fit.clone());
             for reg in direction {
                 if cancel.load(Ordering::Relaxed) {
                     break;
                 }
                 let (fit, attempt, key) = try_fit(depth, reg, warm.as_ref())?;
                 tried.push(attempt);
-                let improved = better(key, best);
+                let improved = better(key, &best);
                 if improved {
-                    best = Some((depth, reg, key));
-                    best_fit = Some(fit.clone());
+                    best = Some(Best {
+                        depth,
+                        reg,
+                        key,
+                        fit: fit.clone(),
+                    });
                 }
                 warm = Some(fit);
                 if walk && !improved {
@@ -262,8 +276,8 @@ pub fn choose_rank_tau(
         }
     }
     Ok(RankChoice {
-        rank_tau: best.map_or(params.tau, |(depth, _, _)| depth),
-        reg: best.map_or(params.reg, |(_, reg, _)| reg),
+        rank_tau: best.as_ref().map_or(params.tau, |b| b.depth),
+        reg: best.as_ref().map_or(params.reg, |b| b.reg),
         criterion: if validated {
             "validation"
         } else {

@@ -223,13 +223,10 @@ pub(super) fn solve_screened(
             if sd.iter().any(|s| *s >= bar) {
                 // After a few such iterations all of them join: the full problem.
                 let everything = outcome.screening.readded + 1 >= SCREEN_EVENTS;
-                let joins: Vec<bool> = sd.iter().map(|s| everything || *s >= bar).collect();
-                let joining: Vec<usize> = (0..sd.len()).filter(|&i| joins[i]).collect();
+                let (joining, staying): (Vec<usize>, Vec<usize>) =
+                    (0..sd.len()).partition(|&i| everything || sd[i] >= bar);
                 let scores: Vec<f64> = joining.iter().map(|&i| sd[i]).collect();
-                sd = (0..sd.len())
-                    .filter(|&i| !joins[i])
-                    .map(|i| sd[i])
-                    .collect();
+                sd = staying.iter().map(|&i| sd[i]).collect();
                 pt.add_negatives(&scores, kf);
                 sn.extend_from_slice(&scores);
                 negs.add(&joining);
@@ -288,10 +285,7 @@ pub(super) fn solve_screened(
             // S lost positive definiteness to round-off: the iterate cannot improve further.
             break;
         };
-        let pairs = (m + 2 * negs.kept.len()) as f64;
-        let mu_bar =
-            (dense_dot(&pt.p, &pt.lam) + dense_dot(&pt.q, &pt.mu) + dense_dot(&pt.eta, &pt.zeta))
-                / pairs;
+        let (pairs, mu_bar) = (pt.pairs(), pt.mean_complementarity());
 
         // Predictor: the affine direction (complementarity driven to zero).
         let solve_for = |c_p: &[f64], c_q: &[f64], c_z: &[f64]| {
@@ -854,16 +848,25 @@ fn take_step(pt: &Point, dir: &Direction, step: f64) -> Point {
 }
 
 impl Point {
+    /// The complementarity pairs: p·λ, q·μ and η·ζ, m + 2n of them.
+    fn pairs(&self) -> f64 {
+        (self.xi.len() + 2 * self.eta.len()) as f64
+    }
+
+    /// The mean of the complementarity products over [`Point::pairs`].
+    fn mean_complementarity(&self) -> f64 {
+        (dense_dot(&self.p, &self.lam)
+            + dense_dot(&self.q, &self.mu)
+            + dense_dot(&self.eta, &self.zeta))
+            / self.pairs()
+    }
+
     /// Adds negatives with the given scores to the iterate, each pair's complementarity at the
     /// current average and μ + ζ at the kept negatives' mean, so that their η and q equations
     /// hold; the other residuals they change shrink with the rest.
     fn add_negatives(&mut self, scores: &[f64], kf: f64) {
         let n = self.eta.len() as f64;
-        let pairs = (self.xi.len() as f64) + 2.0 * n;
-        let c0 = (dense_dot(&self.p, &self.lam)
-            + dense_dot(&self.q, &self.mu)
-            + dense_dot(&self.eta, &self.zeta))
-            / pairs;
+        let c0 = self.mean_complementarity();
         let kappa = match self
             .mu
             .iter()
