@@ -1250,11 +1250,50 @@ mod tests {
         assert!(readded > 0, "no solve added a screened-out negative back");
     }
 
+    /// The warm start on which Mehrotra's corrector alone cycled (feasible, the mean
+    /// complementarity swinging between two values until the iteration limit, screened or not;
+    /// docs/tau-fpl.md §1.5): the safeguarded corrector converges, to the cold optimum.
+    #[test]
+    fn a_warm_start_that_cycled_the_corrector_converges() {
+        let data = random_problem(505_357, 8, 9, 2, true);
+        let cancel = AtomicBool::new(false);
+        for log_reg in [-2.36, -2.32, -2.3, -2.02] {
+            let mut prm = TfplParams::new(0.0, 10f64.powf(log_reg));
+            prm.tol = 1e-7;
+            prm.solver = TfplSolver::Ipm;
+            let prm = prm.check().unwrap();
+            let stale = fit_other(&prm, 505_357, 8, 9, 2);
+            let (z, m, _, k) = ordered(&data, 0.0);
+            let solve = |warm, size: fn(usize, usize) -> usize| {
+                ipm::solve_screened(&z, m, k, &prm, warm, size, &cancel, Instant::now()).unwrap()
+            };
+            let cold = solve(None, ipm::screen_size);
+            let w0 = stale.expansion.linear_weights();
+            for (what, size) in [
+                ("screened", (|k, _| k) as fn(usize, usize) -> usize),
+                ("full", |_, n| n),
+            ] {
+                let warm = solve(w0, size);
+                assert!(
+                    matches!(warm.stop, Stop::Converged) && warm.iterations <= 30,
+                    "log R {log_reg}, {what}: {} iterations",
+                    warm.iterations
+                );
+                assert!(
+                    warm.gain_primal <= cold.gain_dual + 1e-15,
+                    "log R {log_reg}, {what}"
+                );
+                assert!(
+                    cold.gain_primal <= warm.gain_dual + 1e-15,
+                    "log R {log_reg}, {what}"
+                );
+            }
+        }
+    }
+
     proptest::proptest! {
-        // A fixed seed: with random ones, one run in three hundred-odd cases met a warm start
-        // from a stale model that stalled the screened solve at 200 iterations (seed 505357,
-        // m 8, n 9, τ 0, rounded); `fit_with` redoes such a solve cold, and the stall is
-        // still to be explained (issue 20's note).
+        // A fixed seed keeps CI deterministic; random seeds once met the cycling warm start of
+        // the test above.
         #![proptest_config(proptest::test_runner::Config {
             rng_seed: proptest::test_runner::RngSeed::Fixed(20_261_127),
             ..proptest::test_runner::Config::with_cases(200)

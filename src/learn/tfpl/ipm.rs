@@ -57,6 +57,14 @@ const RIDGES: [f64; 4] = [0.0, 1e-14, 1e-12, 1e-10];
 /// Fraction of the step to the boundary taken (keeps the iterate strictly interior).
 const STEP_FRACTION: f64 = 0.99;
 
+/// Iterations after which a step that raised the mean complementarity is followed by a plain
+/// centring step (docs/tau-fpl.md §1.5, "A safeguarded corrector"). Before it, a rise is the
+/// normal cost of shrinking a stale warm start's residuals.
+const SAFEGUARD_AFTER: u64 = 10;
+
+/// The least centring weight σ of a safeguarded step.
+const SAFEGUARD_SIGMA: f64 = 0.5;
+
 /// What the interior-point solve returns.
 pub(super) struct IpmOutcome {
     /// The best primal point found.
@@ -201,6 +209,7 @@ pub(super) fn solve_screened(
         },
     };
     let mut alpha = vec![0.0; m];
+    let mut last_mu_bar = f64::INFINITY;
     let mut block = Array2::zeros((BLOCK_ROWS.min(len), d));
     loop {
         if cancel.load(Ordering::Relaxed) {
@@ -309,11 +318,18 @@ pub(super) fn solve_screened(
             / pairs;
         let sigma = (mu_aff / mu_bar).powi(3).min(1.0);
 
-        // Corrector: centring at σμ̄ plus the second-order term of the affine step.
-        let target = sigma * mu_bar;
+        // Corrector: centring at σμ̄ plus the second-order term of the affine step; a plain
+        // centring step instead once the second-order term has stopped paying.
+        let safeguard = outcome.iterations >= SAFEGUARD_AFTER && mu_bar > last_mu_bar;
+        last_mu_bar = mu_bar;
+        let (target, second_order) = if safeguard {
+            (sigma.max(SAFEGUARD_SIGMA) * mu_bar, 0.0)
+        } else {
+            (sigma * mu_bar, 1.0)
+        };
         let centre = |x: &[f64], y: &[f64], dx: &[f64], dy: &[f64]| -> Vec<f64> {
             (0..x.len())
-                .map(|i| target - x[i] * y[i] - dx[i] * dy[i])
+                .map(|i| target - x[i] * y[i] - second_order * dx[i] * dy[i])
                 .collect()
         };
         let dir = solve_for(
