@@ -161,7 +161,7 @@ fn the_store_resumes_a_file_the_earlier_daemon_wrote_and_saves_the_current_layou
     let store = ModelStore::open(dir.path(), 5).expect("open");
     let provenance = daemon_provenance();
     let (usable, skipped) = store
-        .load_usable(provenance.config_fingerprint)
+        .load_usable(&[provenance.config_fingerprint])
         .expect("load");
     assert!(skipped.is_empty(), "{skipped:?}");
     assert_eq!(usable.len(), 1);

@@ -223,7 +223,35 @@ pub struct ModelConfig {
     pub seed: u64,
 }
 
+/// The `[model]` keys without a default.
+const REQUIRED: [&str; 2] = ["algorithm", "tau"];
+
 impl ModelConfig {
+    /// The settings that make two models differ, as canonical JSON (keys sorted): every key
+    /// whose value is not its default, except the resource budgets (`cache_mb`, `max_gram_mb`,
+    /// `time_limit`), which change how a fit runs, not what it fits. A key a later release
+    /// adds with a default is absent here, so the models of the release before still match.
+    pub fn identity(&self) -> String {
+        const BUDGETS: [&str; 3] = ["cache_mb", "max_gram_mb", "time_limit"];
+        let Ok(serde_json::Value::Object(set)) = serde_json::to_value(self) else {
+            return String::new();
+        };
+        let required = serde_json::json!({"algorithm": set["algorithm"], "tau": set["tau"]});
+        let defaults =
+            match serde_json::from_value::<ModelConfig>(required).and_then(serde_json::to_value) {
+                Ok(serde_json::Value::Object(defaults)) => defaults,
+                _ => serde_json::Map::new(),
+            };
+        let differing: std::collections::BTreeMap<&String, &serde_json::Value> = set
+            .iter()
+            .filter(|(key, value)| {
+                !BUDGETS.contains(&key.as_str())
+                    && (REQUIRED.contains(&key.as_str()) || defaults.get(*key) != Some(*value))
+            })
+            .collect();
+        serde_json::to_string(&differing).unwrap_or_default()
+    }
+
     /// The `[model]` table's own checks, each naming its key (run by [`super::Config::check`]
     /// in its place among the other sections').
     pub fn check(&self) -> Result<(), (String, String)> {
@@ -442,6 +470,30 @@ mod tests {
     use crate::learn::spec::{AlgorithmSpec, KernelKind, PriorAuto, Reg};
 
     const TFPL: &str = "[source]\npath = \"s\"\n[model]\nalgorithm = \"tfpl\"\ntau = 0.05\n";
+
+    /// The identity that fingerprints models holds the required keys and the settings off
+    /// their defaults, sorted, without the resource budgets: spelling a default out, or a
+    /// budget, does not change it; any other setting does.
+    #[test]
+    fn the_identity_is_the_settings_off_their_defaults() {
+        let identity = |extra: &str| {
+            let text = format!("{TFPL}{extra}");
+            load(&text, &[]).unwrap().config.model.identity()
+        };
+        assert_eq!(identity(""), r#"{"algorithm":"tfpl","tau":0.05}"#);
+        assert_eq!(
+            identity("delta = 0.05\nreg = \"auto\"\ncache_mb = 9\n"),
+            identity("")
+        );
+        assert_eq!(
+            identity("max_gram_mb = 9\ntime_limit = \"5s\"\n"),
+            identity("")
+        );
+        assert_eq!(
+            identity("seed = 3\nreg = 0.1\n"),
+            r#"{"algorithm":"tfpl","reg":0.1,"seed":3,"tau":0.05}"#
+        );
+    }
 
     /// `[model]` maps into the spec: the interval's ends default to `prior`, and a lone end
     /// (without `prior`) is a point interval, as on the command line.

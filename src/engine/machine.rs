@@ -419,7 +419,7 @@ impl Engine {
             }
         }
         for dim in dims {
-            let (usable, skipped) = self.store.load_usable(self.fingerprint(dim))?;
+            let (usable, skipped) = self.store.load_usable(&self.accepted_fingerprints(dim))?;
             if let Some(newest) = usable.first() {
                 for s in &skipped {
                     tracing::warn!(path = %s.path.display(), reason = %s.reason, "model file not resumed");
@@ -445,10 +445,21 @@ impl Engine {
     }
 
     /// The fingerprint of everything that makes two models interchangeable: the `[model]`
-    /// table and the dimension.
+    /// settings that are not at their defaults ([`ModelConfig::identity`]) and the dimension.
     pub fn fingerprint(&self, n_features: usize) -> u64 {
-        let text = serde_json::to_string(&self.config.model).unwrap_or_default();
+        let text = self.config.model.identity();
         fnv1a64(format!("{text}|{n_features}").as_bytes())
+    }
+
+    /// The fingerprints a model may carry to be used here: [`Engine::fingerprint`], and the
+    /// one of the releases before it, over the whole `[model]` table with every default
+    /// spelled out (resumed and accepted from a trainer for one more release).
+    fn accepted_fingerprints(&self, n_features: usize) -> [u64; 2] {
+        let whole = serde_json::to_string(&self.config.model).unwrap_or_default();
+        [
+            self.fingerprint(n_features),
+            fnv1a64(format!("{whole}|{n_features}").as_bytes()),
+        ]
     }
 
     /// The model that scores now.
@@ -1653,7 +1664,10 @@ impl Engine {
         if let Some(d) = self.dim.filter(|&d| d != n) {
             return Err(format!("it has {n} features, the stream {d}"));
         }
-        if stored.meta.config_fingerprint != self.fingerprint(n) {
+        if !self
+            .accepted_fingerprints(n)
+            .contains(&stored.meta.config_fingerprint)
+        {
             return Err(format!(
                 "trained under another [model] configuration (fingerprint {:016x}, here {:016x})",
                 stored.meta.config_fingerprint,
@@ -2543,6 +2557,33 @@ mod tests {
         assert_eq!(reason(&e, &ranking), Some(GateReason::NoThreshold));
         e.config.model.threshold = Some(ThresholdName::None);
         assert_eq!(reason(&e, &ranking), None);
+    }
+
+    /// A model stored by the release before (its fingerprint over the whole `[model]` table,
+    /// defaults spelled out) is resumed after the upgrade; one of another τ is not.
+    #[test]
+    fn a_model_of_the_release_before_is_resumed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let model = "algorithm = \"tfpl\"\nprior = 0.38\ntau = 0.05\nseed = 1\n";
+        let (mut e, registry) = engine_of(dir.path(), model, "", Box::new(Discard));
+        let version = feed_until_first_model(&mut e, &registry);
+        let mut stored = e.store.load(version).expect("stored");
+        let n = stored.meta.n_features;
+        let [now, before] = e.accepted_fingerprints(n);
+        assert_eq!(stored.meta.config_fingerprint, now);
+        assert_ne!(before, now);
+        stored.meta.config_fingerprint = before;
+        e.store.save(&stored).expect("save");
+        drop(e);
+        let (_, registry) = engine_resuming(dir.path(), model, "", Box::new(Discard), true);
+        let resumed = registry.active().expect("resumed");
+        assert_eq!(
+            (resumed.meta.version, resumed.meta.config_fingerprint),
+            (version, before)
+        );
+        let other = model.replace("tau = 0.05", "tau = 0.1");
+        let (_, registry) = engine_resuming(dir.path(), &other, "", Box::new(Discard), true);
+        assert!(registry.active().is_none());
     }
 
     /// `n` records of `channel` from the bundled stream, re-sent as negative feedback with new

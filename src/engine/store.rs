@@ -254,22 +254,24 @@ impl ModelStore {
     }
 
     /// The stored models usable now, newest first, with the files skipped on the way (corrupt
-    /// ones, or ones trained under another configuration). A directory I/O error is an error;
-    /// a bad file is not.
+    /// ones, or ones trained under another configuration: a fingerprint not in
+    /// `config_fingerprints`, whose first is the current one). A directory I/O error is an
+    /// error; a bad file is not.
     pub fn load_usable(
         &self,
-        config_fingerprint: u64,
+        config_fingerprints: &[u64],
     ) -> Result<(Vec<StoredModel>, Vec<Skipped>), StoreError> {
+        let now = config_fingerprints.first().copied().unwrap_or_default();
         let mut usable = Vec::new();
         let mut skipped = Vec::new();
         for v in self.versions()?.into_iter().rev() {
             match self.load(v) {
-                Ok(m) if m.meta.config_fingerprint == config_fingerprint => usable.push(m),
+                Ok(m) if config_fingerprints.contains(&m.meta.config_fingerprint) => usable.push(m),
                 Ok(m) => skipped.push(Skipped {
                     path: self.model_path(v),
                     reason: format!(
                         "trained under another configuration (fingerprint {:016x}, now {:016x})",
-                        m.meta.config_fingerprint, config_fingerprint
+                        m.meta.config_fingerprint, now
                     ),
                 }),
                 Err(e) => skipped.push(Skipped {
@@ -338,7 +340,7 @@ mod tests {
         assert_eq!(store.versions().expect("list"), vec![3, 4]);
         let reopened = ModelStore::open(dir.path(), 2).expect("open");
         assert_eq!(reopened.next_version().expect("issue"), 6);
-        let (usable, skipped) = reopened.load_usable(7).expect("load");
+        let (usable, skipped) = reopened.load_usable(&[7]).expect("load");
         assert_eq!(
             usable.iter().map(|m| m.meta.version).collect::<Vec<_>>(),
             vec![4, 3]
@@ -362,7 +364,7 @@ mod tests {
         let last = bytes.len() - 1;
         bytes[last] ^= 0x40;
         std::fs::write(&newest, &bytes).expect("corrupt");
-        let (usable, skipped) = store.load_usable(7).expect("load");
+        let (usable, skipped) = store.load_usable(&[7]).expect("load");
         assert_eq!(usable[0].meta.version, 2);
         assert_eq!(skipped.len(), 1);
         assert!(
@@ -378,7 +380,7 @@ mod tests {
         let store = ModelStore::open(dir.path(), 5).expect("open");
         store.save(&stored(1, 7)).expect("save");
         store.save(&stored(2, 8)).expect("save");
-        let (usable, skipped) = store.load_usable(7).expect("load");
+        let (usable, skipped) = store.load_usable(&[7]).expect("load");
         assert_eq!(usable.len(), 1);
         assert_eq!(usable[0].meta.version, 1);
         assert!(skipped[0].reason.contains("another configuration"));
@@ -391,7 +393,7 @@ mod tests {
         store.save(&stored(1, 7)).expect("save");
         let trained = stored(2, 7).model.to_file_bytes().expect("encode");
         std::fs::write(store.model_path(2), trained).expect("write");
-        let (usable, skipped) = store.load_usable(7).expect("load");
+        let (usable, skipped) = store.load_usable(&[7]).expect("load");
         assert_eq!(usable, vec![stored(1, 7)]);
         assert_eq!(skipped.len(), 1);
         assert!(
