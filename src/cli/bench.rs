@@ -398,6 +398,7 @@ pub fn replay(args: &BenchReplayArgs, loaded: LoadedConfig) -> Result<(), CliErr
     let config = loaded.config;
     let limits = EventLimits {
         max_bytes: config.scoring.max_event_bytes,
+        max_features: config.scoring.max_features,
         ..EventLimits::default()
     };
     let (tau, window) = (config.model.tau, config.recalibrate.window);

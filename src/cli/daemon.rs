@@ -70,6 +70,7 @@ pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
     let recalibrate_window = config.recalibrate.window;
     let limits = EventLimits {
         max_bytes: config.scoring.max_event_bytes,
+        max_features: config.scoring.max_features,
         ..EventLimits::default()
     };
     let finished = crate::daemon::run(config, options, shutdown_signal())?;

@@ -463,6 +463,9 @@ impl Config {
         if self.scoring.max_event_bytes == 0 {
             return bad("scoring.max_event_bytes", "must be ≥ 1".into());
         }
+        if self.scoring.max_features == 0 {
+            return bad("scoring.max_features", "must be ≥ 1".into());
+        }
         if self.http.listen.parse::<SocketAddr>().is_err() {
             return bad(
                 "http.listen",

@@ -33,6 +33,12 @@ pub struct ScoringConfig {
     /// Largest accepted event, bytes; larger ones go to the DLQ as `too_large`.
     #[serde(default = "default_max_event_bytes")]
     pub max_event_bytes: usize,
+    /// Largest accepted feature count (a sparse event's `dim`, a dense event's length); larger
+    /// ones go to the DLQ as `dimension_too_large`. The dimension sizes every retrain's
+    /// allocations, so it is bounded before any event may lock it. Default 2²⁴ = 16 777 216,
+    /// room for hashed text features.
+    #[serde(default = "default_max_features")]
+    pub max_features: usize,
 }
 
 fn default_buffer_before_model() -> usize {
@@ -44,6 +50,9 @@ fn default_max_wait() -> HumanDuration {
 fn default_max_event_bytes() -> usize {
     1 << 20
 }
+fn default_max_features() -> usize {
+    1 << 24
+}
 
 impl Default for ScoringConfig {
     fn default() -> Self {
@@ -51,6 +60,7 @@ impl Default for ScoringConfig {
             buffer_before_model: default_buffer_before_model(),
             max_wait: default_max_wait(),
             max_event_bytes: default_max_event_bytes(),
+            max_features: default_max_features(),
         }
     }
 }

@@ -200,6 +200,7 @@ pub fn run(
     let shutdown_timeout = config.log.shutdown_timeout.0;
     let limits = EventLimits {
         max_bytes: config.scoring.max_event_bytes,
+        max_features: config.scoring.max_features,
         ..EventLimits::default()
     };
     let stop = Arc::new(AtomicBool::new(false));

@@ -337,6 +337,7 @@ impl Engine {
         let windows = [make(&w.positive)?, make(&w.unlabeled)?, make(&w.negative)?];
         let limits = EventLimits {
             max_bytes: config.scoring.max_event_bytes,
+            max_features: config.scoring.max_features,
             ..EventLimits::default()
         };
         metrics.target_fpr.set(config.model.tau);
@@ -2268,6 +2269,29 @@ mod tests {
         // The sparse events are valid (the locked dimension, given or taken): read again.
         assert_eq!(dead, [2, 0, 2, 2, 2]);
         assert_eq!((outputs, dead, windows), run(false));
+    }
+
+    /// Issue 21's crash: a schema-valid sparse event with `"dim": 2⁴⁰` used to lock the
+    /// dimension, and the first retrain aborted allocating 44 TB. It is dead-lettered as
+    /// `dimension_too_large` before it locks anything, and the stream after it trains as usual.
+    #[test]
+    fn a_huge_dimension_is_dead_lettered_before_it_locks_anything() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, registry) = engine(dir.path(), "");
+        let huge = r#"{"id":"huge","ts":1767225600000,"x":{"indices":[0],"values":[1],"dim":1099511627776}}"#;
+        for channel in [Channel::Unlabeled, Channel::Positive] {
+            let record = Record::new(channel, 1_767_225_600_000, None, huge.as_bytes().to_vec());
+            e.handle(&record).expect("handled");
+        }
+        let dead = |e: &Engine| {
+            e.metrics
+                .dlq
+                .with_label_values(&["dimension_too_large"])
+                .get()
+        };
+        assert_eq!((dead(&e), e.dimension()), (2, None));
+        feed_until_first_model(&mut e, &registry);
+        assert_eq!((dead(&e), e.dimension()), (2, Some(57)));
     }
 
     fn engine_with(

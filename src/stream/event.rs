@@ -35,14 +35,19 @@ pub struct EventLimits {
     pub max_bytes: usize,
     /// The longest accepted id, in bytes (ids are stored in every window and score).
     pub max_id_len: usize,
+    /// The largest accepted feature count (a sparse event's `dim`, a dense event's length):
+    /// the dimension sizes every retrain's allocations, so no event may set it unchecked.
+    pub max_features: usize,
 }
 
 impl Default for EventLimits {
-    /// 1 MiB messages (about Kafka's default `message.max.bytes`) and 256-byte ids.
+    /// 1 MiB messages (about Kafka's default `message.max.bytes`), 256-byte ids and 2²⁴
+    /// features (hashed text features use 2¹⁸–2²⁴).
     fn default() -> Self {
         EventLimits {
             max_bytes: 1 << 20,
             max_id_len: 256,
+            max_features: 1 << 24,
         }
     }
 }
@@ -168,6 +173,9 @@ pub enum RejectReason {
     DimensionMismatch,
     /// A sparse event without `dim` while no dimension is locked yet.
     DimensionUnknown,
+    /// The feature count (a sparse `dim` or a dense length) is above
+    /// [`EventLimits::max_features`].
+    DimensionTooLarge,
     /// A feature value outside the f64 range (JSON has no NaN or infinity literals, so this is
     /// a number too large to represent).
     NonFinite,
@@ -177,7 +185,7 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason, in declaration order (for metrics registration and docs).
-    pub const ALL: [RejectReason; 14] = [
+    pub const ALL: [RejectReason; 15] = [
         RejectReason::TooLarge,
         RejectReason::InvalidUtf8,
         RejectReason::InvalidJson,
@@ -190,6 +198,7 @@ impl RejectReason {
         RejectReason::InvalidSparse,
         RejectReason::DimensionMismatch,
         RejectReason::DimensionUnknown,
+        RejectReason::DimensionTooLarge,
         RejectReason::NonFinite,
         RejectReason::InvalidMeta,
     ];
@@ -209,6 +218,7 @@ impl RejectReason {
             RejectReason::InvalidSparse => "invalid_sparse",
             RejectReason::DimensionMismatch => "dimension_mismatch",
             RejectReason::DimensionUnknown => "dimension_unknown",
+            RejectReason::DimensionTooLarge => "dimension_too_large",
             RejectReason::NonFinite => "non_finite",
             RejectReason::InvalidMeta => "invalid_meta",
         }
@@ -406,6 +416,7 @@ fn passes_checks(
         && id.len() <= limits.max_id_len
         && ts >= 0
         && !x.is_empty()
+        && x.len() <= limits.max_features
         && expected_dim.map_or(true, |d| d == x.len())
         && x.iter().all(|v| v.is_finite())
 }
@@ -462,7 +473,7 @@ fn parse_fields(
     };
 
     let x = raw.x.ok_or_else(|| reject(MissingFeatures, "no \"x\""))?;
-    let x = parse_features(x.get(), expected_dim)?;
+    let x = parse_features(x.get(), expected_dim, limits.max_features)?;
 
     let meta = match raw.meta {
         None => None,
@@ -474,9 +485,19 @@ fn parse_fields(
     Ok((Event { id, ts, x, meta }, ts_given))
 }
 
-fn parse_features(x: &str, expected_dim: Option<usize>) -> Result<Features, Rejection> {
+fn parse_features(
+    x: &str,
+    expected_dim: Option<usize>,
+    max_features: usize,
+) -> Result<Features, Rejection> {
     use RejectReason::*;
 
+    let too_large = |got: usize| {
+        reject(
+            DimensionTooLarge,
+            format!("{got} features, the limit (scoring.max_features) is {max_features}"),
+        )
+    };
     let mismatch = |got: usize, want: usize| {
         reject(
             DimensionMismatch,
@@ -493,6 +514,9 @@ fn parse_features(x: &str, expected_dim: Option<usize>) -> Result<Features, Reje
         })?;
         if values.is_empty() {
             return Err(reject(InvalidFeatures, "empty feature vector"));
+        }
+        if values.len() > max_features {
+            return Err(too_large(values.len()));
         }
         if let Some(want) = expected_dim.filter(|&d| d != values.len()) {
             return Err(mismatch(values.len(), want));
@@ -539,6 +563,7 @@ fn parse_features(x: &str, expected_dim: Option<usize>) -> Result<Features, Reje
     }
     let dim = match (sparse.dim, expected_dim) {
         (Some(0), _) => return Err(reject(InvalidSparse, "dim 0")),
+        (Some(own), _) if own > max_features => return Err(too_large(own)),
         (Some(own), Some(want)) if own != want => return Err(mismatch(own, want)),
         (Some(own), _) => own,
         (None, Some(want)) => want,
@@ -761,6 +786,11 @@ mod tests {
                 None,
                 DimensionUnknown,
             ),
+            (
+                ok(r#"{"indices":[0],"values":[1],"dim":1099511627776}"#),
+                None,
+                DimensionTooLarge,
+            ),
             (ok("[1,1e400]"), None, NonFinite),
             (
                 ok(r#"{"indices":[0],"values":[-1e999]}"#),
@@ -794,6 +824,7 @@ mod tests {
         let limits = EventLimits {
             max_bytes: 30,
             max_id_len: 3,
+            max_features: 2,
         };
         let at_limit = r#"{"id":"abc","ts":1,"x":[1,2]}"#;
         assert_eq!(at_limit.len(), 29);
@@ -826,6 +857,26 @@ mod tests {
             .unwrap_err()
             .to_string(),
             "invalid_sparse: index 5 is not below the dimension 5"
+        );
+        // The feature count is bounded before it can lock anything: a sparse `dim` of 2⁴⁰
+        // once locked the dimension and aborted the first retrain's allocation.
+        let limits = EventLimits {
+            max_features: 3,
+            ..EventLimits::default()
+        };
+        let too_many = |x: &str| {
+            let text = format!(r#"{{"id":"a","ts":1,"x":{x}}}"#);
+            parse_event(text.as_bytes(), None, &limits).map_err(|e| e.to_string())
+        };
+        assert!(too_many("[1,2,3]").is_ok());
+        assert!(too_many(r#"{"indices":[0],"values":[1],"dim":3}"#).is_ok());
+        assert_eq!(
+            too_many("[1,2,3,4]").unwrap_err(),
+            "dimension_too_large: 4 features, the limit (scoring.max_features) is 3"
+        );
+        assert_eq!(
+            too_many(r#"{"indices":[0],"values":[1],"dim":1099511627776}"#).unwrap_err(),
+            "dimension_too_large: 1099511627776 features, the limit (scoring.max_features) is 3"
         );
     }
 
@@ -1034,10 +1085,11 @@ mod fast_path_tests {
             order in proptest::collection::vec(0usize..6, 0..7),
             dim in proptest::option::of(2usize..4),
             max_id_len in 3usize..12,
+            max_features in 1usize..5,
             ts_required in any::<bool>(),
         ) {
             let text = payload(&fields, &order);
-            let limits = EventLimits { max_bytes: 1 << 20, max_id_len };
+            let limits = EventLimits { max_bytes: 1 << 20, max_id_len, max_features };
             let fast = parse_event_with(text.as_bytes(), dim, &limits, ts_required);
             let slow = parse_fields(&text, dim, &limits, ts_required);
             prop_assert_eq!(fast, slow, "{}", text);
