@@ -466,6 +466,19 @@ impl Config {
         if self.scoring.max_features == 0 {
             return bad("scoring.max_features", "must be ≥ 1".into());
         }
+        if let Some(n) = self
+            .model
+            .n_features
+            .filter(|&n| n > self.scoring.max_features)
+        {
+            return bad(
+                "model.n_features",
+                format!(
+                    "{n} is above scoring.max_features {}",
+                    self.scoring.max_features
+                ),
+            );
+        }
         if self.http.listen.parse::<SocketAddr>().is_err() {
             return bad(
                 "http.listen",

@@ -221,6 +221,11 @@ pub struct ModelConfig {
     /// Seed of every random choice in training (calibration splits, bootstrap).
     #[serde(default)]
     pub seed: u64,
+    /// The feature count of the stream, when known. Given, it is the locked dimension from the
+    /// start: an event of another count is dead-lettered as `dimension_mismatch`, whatever
+    /// arrives first. Unset, the first valid event's count locks it (or a resumed model's).
+    #[serde(default)]
+    pub n_features: Option<usize>,
 }
 
 /// The `[model]` keys without a default.
@@ -229,10 +234,11 @@ const REQUIRED: [&str; 2] = ["algorithm", "tau"];
 impl ModelConfig {
     /// The settings that make two models differ, as canonical JSON (keys sorted): every key
     /// whose value is not its default, except the resource budgets (`cache_mb`, `max_gram_mb`,
-    /// `time_limit`), which change how a fit runs, not what it fits. A key a later release
-    /// adds with a default is absent here, so the models of the release before still match.
+    /// `time_limit`), which change how a fit runs, not what it fits, and `n_features`, which
+    /// only fixes the dimension a model has anyway. A key a later release adds with a default
+    /// is absent here, so the models of the release before still match.
     pub fn identity(&self) -> String {
-        const BUDGETS: [&str; 3] = ["cache_mb", "max_gram_mb", "time_limit"];
+        const BUDGETS: [&str; 4] = ["cache_mb", "max_gram_mb", "time_limit", "n_features"];
         let Ok(serde_json::Value::Object(set)) = serde_json::to_value(self) else {
             return String::new();
         };
@@ -349,6 +355,9 @@ impl ModelConfig {
         }
         if m.rounds == 0 {
             return bad("model.rounds", "must be ≥ 1".into());
+        }
+        if m.n_features == Some(0) {
+            return bad("model.n_features", "must be ≥ 1".into());
         }
         Ok(())
     }
@@ -486,7 +495,7 @@ mod tests {
             identity("")
         );
         assert_eq!(
-            identity("max_gram_mb = 9\ntime_limit = \"5s\"\n"),
+            identity("max_gram_mb = 9\ntime_limit = \"5s\"\nn_features = 57\n"),
             identity("")
         );
         assert_eq!(

@@ -42,8 +42,8 @@ impl Default for WindowConfig {
     }
 }
 
-/// The three channels' windows.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// The three channels' windows, and how far ahead an event time may run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WindowsConfig {
     #[serde(default)]
@@ -52,4 +52,26 @@ pub struct WindowsConfig {
     pub unlabeled: WindowConfig,
     #[serde(default)]
     pub negative: WindowConfig,
+    /// An event whose `ts` is more than this ahead of both the newest event time seen and the
+    /// wall clock goes to the DLQ as `ts_out_of_range`: event time drives every window's age
+    /// and the retrain clock, so one event from far in the future would otherwise expire
+    /// every window. Default `"1d"`, room for producers' clock skew; a replay of a stream
+    /// recorded with future times needs more.
+    #[serde(default = "default_max_future")]
+    pub max_future: HumanDuration,
+}
+
+fn default_max_future() -> HumanDuration {
+    HumanDuration(Duration::from_secs(86_400))
+}
+
+impl Default for WindowsConfig {
+    fn default() -> Self {
+        WindowsConfig {
+            positive: WindowConfig::default(),
+            unlabeled: WindowConfig::default(),
+            negative: WindowConfig::default(),
+            max_future: default_max_future(),
+        }
+    }
 }

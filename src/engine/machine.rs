@@ -64,7 +64,7 @@ use crate::stream::dlq::DlqRecord;
 use crate::stream::event::{
     features_to_rows, parse_event, Event, EventLimits, Features, RejectReason, Rejection,
 };
-use crate::stream::record::Record;
+use crate::stream::record::{now_ms, Record};
 use crate::stream::Channel;
 use crate::telemetry::{EventOutcome, Metrics};
 
@@ -231,6 +231,8 @@ pub struct Engine {
     pending: VecDeque<Waiting>,
     /// `scoring.max_wait` in event-time milliseconds.
     max_wait_ms: i64,
+    /// `windows.max_future` in milliseconds.
+    max_future_ms: i64,
     new_window_events: u64,
     /// New negative-feedback events since the active model's threshold was last calibrated.
     negatives_since_calibration: usize,
@@ -363,6 +365,8 @@ impl Engine {
             .map(|r| metrics.unscored_events.with_label_values(&[r.as_str()]))
             .collect();
         let max_wait_ms = i64::try_from(config.scoring.max_wait.0.as_millis()).unwrap_or(i64::MAX);
+        let max_future_ms =
+            i64::try_from(config.windows.max_future.0.as_millis()).unwrap_or(i64::MAX);
         let drift = config.drift.enabled.then(|| ScoreDrift::new(&config.drift));
         let feature_drift = (config.drift.enabled && config.drift.features)
             .then(|| FeatureDrift::new(&config.drift));
@@ -376,6 +380,7 @@ impl Engine {
             dim: None,
             pending: VecDeque::new(),
             max_wait_ms,
+            max_future_ms,
             new_window_events: 0,
             negatives_since_calibration: 0,
             positives_since_calibration: 0,
@@ -403,6 +408,13 @@ impl Engine {
             trains: true,
             scores: true,
         };
+        if let Some(n) = engine.config.model.n_features {
+            engine.dim = Some(n);
+            tracing::info!(
+                n_features = n,
+                "feature dimension locked by model.n_features"
+            );
+        }
         if resume {
             engine.resume()?;
         }
@@ -419,6 +431,8 @@ impl Engine {
                 dims.insert(m.meta.n_features);
             }
         }
+        // A configured dimension is the only one a model may have.
+        dims.retain(|&d| self.dim.map_or(true, |locked| locked == d));
         for dim in dims {
             let (usable, skipped) = self.store.load_usable(&self.accepted_fingerprints(dim))?;
             if let Some(newest) = usable.first() {
@@ -508,6 +522,18 @@ impl Engine {
             Some(event) => event,
             None => parse_event(&record.payload, self.dim, &self.limits)?,
         };
+        // Before the event can lock the dimension or move the clock.
+        let clock = self.newest_ts.unwrap_or(i64::MIN).max(now_ms());
+        if event.ts > clock.saturating_add(self.max_future_ms) {
+            return Err(Rejection {
+                reason: RejectReason::TsOutOfRange,
+                detail: format!(
+                    "ts {} is more than windows.max_future ({} ms) ahead of the newest event \
+                     time and the wall clock ({clock})",
+                    event.ts, self.max_future_ms
+                ),
+            });
+        }
         if self.dim.is_none() {
             self.dim = Some(event.x.dim());
             tracing::info!(
@@ -1093,7 +1119,15 @@ impl Engine {
         rejection: Rejection,
     ) -> Result<(), EngineError> {
         let reason = rejection.reason.as_str();
-        tracing::debug!(channel = record.channel.as_str(), reason, detail = %rejection.detail, "event to the DLQ");
+        if matches!(
+            rejection.reason,
+            RejectReason::TsOutOfRange | RejectReason::DimensionTooLarge
+        ) {
+            // Not a malformed event but one that would have switched the daemon off.
+            tracing::warn!(channel = record.channel.as_str(), reason, detail = %rejection.detail, "event to the DLQ");
+        } else {
+            tracing::debug!(channel = record.channel.as_str(), reason, detail = %rejection.detail, "event to the DLQ");
+        }
         self.metrics.dlq.with_label_values(&[reason]).inc();
         self.count(record.channel, EventOutcome::Rejected);
         if record.channel == Channel::Unlabeled && !self.scores {
@@ -2292,6 +2326,49 @@ mod tests {
         assert_eq!((dead(&e), e.dimension()), (2, None));
         feed_until_first_model(&mut e, &registry);
         assert_eq!((dead(&e), e.dimension()), (2, Some(57)));
+    }
+
+    /// Issue 21: an event with `"ts": i64::MAX` used to move the clock so far that every
+    /// window expired and no model came again. An event more than `windows.max_future` ahead
+    /// of the newest event time and the wall clock is dead-lettered as `ts_out_of_range`
+    /// without moving the clock or locking the dimension; the stream after it trains.
+    #[test]
+    fn an_event_from_far_in_the_future_is_dead_lettered() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, registry) = engine(dir.path(), "");
+        let two_days_ahead = now_ms() + 2 * 86_400_000;
+        for ts in [i64::MAX, two_days_ahead] {
+            let payload = format!(r#"{{"id":"future","ts":{ts},"x":[1,2,3]}}"#);
+            let record = Record::new(Channel::Unlabeled, 0, None, payload.into_bytes());
+            e.handle(&record).expect("handled");
+        }
+        let dead = |e: &Engine| e.metrics.dlq.with_label_values(&["ts_out_of_range"]).get();
+        assert_eq!((dead(&e), e.newest_ts, e.dimension()), (2, None, None));
+        feed_until_first_model(&mut e, &registry);
+        assert_eq!((dead(&e), e.dimension()), (2, Some(57)));
+    }
+
+    /// Issue 21: a first valid 3-feature event used to lock the dimension and dead-letter the
+    /// whole 57-feature stream after it. With `model.n_features` the dimension is the
+    /// configured one from the start: that event is the one dead-lettered.
+    #[test]
+    fn a_configured_dimension_is_locked_from_the_start() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let model = "algorithm = \"tfpl\"\nprior = 0.38\ntau = 0.05\nn_features = 57\n";
+        let (mut e, registry) = engine_of(dir.path(), model, "", Box::new(Discard));
+        assert_eq!(e.dimension(), Some(57));
+        let short = r#"{"id":"short","ts":1767225600000,"x":[1,2,3]}"#;
+        let record = Record::new(Channel::Unlabeled, 0, None, short.as_bytes().to_vec());
+        e.handle(&record).expect("handled");
+        let dead = |e: &Engine| {
+            e.metrics
+                .dlq
+                .with_label_values(&["dimension_mismatch"])
+                .get()
+        };
+        assert_eq!(dead(&e), 1);
+        feed_until_first_model(&mut e, &registry);
+        assert_eq!((dead(&e), e.dimension()), (1, Some(57)));
     }
 
     fn engine_with(

@@ -162,6 +162,9 @@ pub enum RejectReason {
     MissingTs,
     /// `ts` is not a non-negative integer (epoch milliseconds) that fits in 64 bits.
     InvalidTs,
+    /// `ts` is further ahead of the newest event time and the wall clock than
+    /// `windows.max_future` (judged by the engine, which keeps the clock).
+    TsOutOfRange,
     /// No `x` (or `"x": null`).
     MissingFeatures,
     /// `x` is neither an array of numbers nor a sparse object, or is an empty array.
@@ -185,7 +188,7 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason, in declaration order (for metrics registration and docs).
-    pub const ALL: [RejectReason; 15] = [
+    pub const ALL: [RejectReason; 16] = [
         RejectReason::TooLarge,
         RejectReason::InvalidUtf8,
         RejectReason::InvalidJson,
@@ -193,6 +196,7 @@ impl RejectReason {
         RejectReason::InvalidId,
         RejectReason::MissingTs,
         RejectReason::InvalidTs,
+        RejectReason::TsOutOfRange,
         RejectReason::MissingFeatures,
         RejectReason::InvalidFeatures,
         RejectReason::InvalidSparse,
@@ -213,6 +217,7 @@ impl RejectReason {
             RejectReason::InvalidId => "invalid_id",
             RejectReason::MissingTs => "missing_ts",
             RejectReason::InvalidTs => "invalid_ts",
+            RejectReason::TsOutOfRange => "ts_out_of_range",
             RejectReason::MissingFeatures => "missing_features",
             RejectReason::InvalidFeatures => "invalid_features",
             RejectReason::InvalidSparse => "invalid_sparse",
@@ -816,6 +821,8 @@ mod tests {
         let invalid_utf8 = parse_event(b"{\"id\":\"\xff\"}", None, &EventLimits::default());
         assert_eq!(invalid_utf8.unwrap_err().reason, InvalidUtf8);
         seen.insert(InvalidUtf8);
+        // The engine's reason, tested with its clock (engine::machine).
+        seen.insert(TsOutOfRange);
         assert_eq!(seen.len(), RejectReason::ALL.len());
     }
 

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::io::Write;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -37,7 +37,7 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
-use super::record::{Record, RecordError, RecordWriter};
+use super::record::{now_ms, Record, RecordError, RecordWriter};
 use super::Channel;
 use crate::config::KafkaConfig;
 
@@ -348,12 +348,6 @@ pub fn input_topics(k: &KafkaConfig) -> Vec<(String, Channel)> {
         out.push((n.clone(), Channel::Negative));
     }
     out
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Consumes the input topics (creating missing ones first) into `writer` until

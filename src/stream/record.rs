@@ -405,6 +405,13 @@ impl<W: Write> RecordWriter<W> {
     }
 }
 
+/// The wall clock in epoch milliseconds (0 before 1970), the unit of event times.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
