@@ -2305,6 +2305,11 @@ mod tests {
         assert_eq!((outputs, dead, windows), run(false));
     }
 
+    /// Events dead-lettered for `reason` so far.
+    fn dead_letters(e: &Engine, reason: &str) -> u64 {
+        e.metrics.dlq.with_label_values(&[reason]).get()
+    }
+
     /// Issue 21's crash: a schema-valid sparse event with `"dim": 2⁴⁰` used to lock the
     /// dimension, and the first retrain aborted allocating 44 TB. It is dead-lettered as
     /// `dimension_too_large` before it locks anything, and the stream after it trains as usual.
@@ -2317,12 +2322,7 @@ mod tests {
             let record = Record::new(channel, 1_767_225_600_000, None, huge.as_bytes().to_vec());
             e.handle(&record).expect("handled");
         }
-        let dead = |e: &Engine| {
-            e.metrics
-                .dlq
-                .with_label_values(&["dimension_too_large"])
-                .get()
-        };
+        let dead = |e: &Engine| dead_letters(e, "dimension_too_large");
         assert_eq!((dead(&e), e.dimension()), (2, None));
         feed_until_first_model(&mut e, &registry);
         assert_eq!((dead(&e), e.dimension()), (2, Some(57)));
@@ -2342,7 +2342,7 @@ mod tests {
             let record = Record::new(Channel::Unlabeled, 0, None, payload.into_bytes());
             e.handle(&record).expect("handled");
         }
-        let dead = |e: &Engine| e.metrics.dlq.with_label_values(&["ts_out_of_range"]).get();
+        let dead = |e: &Engine| dead_letters(e, "ts_out_of_range");
         assert_eq!((dead(&e), e.newest_ts, e.dimension()), (2, None, None));
         feed_until_first_model(&mut e, &registry);
         assert_eq!((dead(&e), e.dimension()), (2, Some(57)));
@@ -2360,12 +2360,7 @@ mod tests {
         let short = r#"{"id":"short","ts":1767225600000,"x":[1,2,3]}"#;
         let record = Record::new(Channel::Unlabeled, 0, None, short.as_bytes().to_vec());
         e.handle(&record).expect("handled");
-        let dead = |e: &Engine| {
-            e.metrics
-                .dlq
-                .with_label_values(&["dimension_mismatch"])
-                .get()
-        };
+        let dead = |e: &Engine| dead_letters(e, "dimension_mismatch");
         assert_eq!(dead(&e), 1);
         feed_until_first_model(&mut e, &registry);
         assert_eq!((dead(&e), e.dimension()), (1, Some(57)));
