@@ -773,3 +773,34 @@ fn bench_replay_times_the_daemon_against_the_baseline_on_the_same_stream() {
     let ratio = rate("daemon_per_second") / rate("baseline_per_second");
     assert!((bench["daemon_over_baseline"].as_f64().expect("ratio") / ratio - 1.0).abs() < 1e-9);
 }
+
+/// Issue 21: a truncated `.gz` stopped the replay and dropped every event waiting for the first
+/// model. Everything read before the unreadable part is answered (unscored, `shutdown`, in
+/// arrival order), then the replay fails naming the file.
+#[test]
+fn a_truncated_stream_answers_what_was_read_then_fails_naming_the_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let records: Vec<Record> = RecordReader::open(Path::new(STREAM))
+        .expect("stream")
+        .take(400)
+        .map(|r| r.expect("record"))
+        .collect();
+    let whole = dir.path().join("whole.jsonl.gz");
+    write_stream(&whole, &records);
+    let bytes = std::fs::read(&whole).expect("read");
+    let stream = dir.path().join("truncated.jsonl.gz");
+    std::fs::write(&stream, &bytes[..bytes.len() * 2 / 3]).expect("write");
+    let (code, stderr) = replay(dir.path(), &stream, &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("truncated.jsonl.gz"), "{stderr}");
+    let scores = lines(&dir.path().join("scores.jsonl"));
+    assert!(!scores.is_empty(), "{stderr}");
+    let unlabeled = records.iter().filter(|r| r.channel == Channel::Unlabeled);
+    for (s, r) in scores.iter().zip(unlabeled) {
+        assert_eq!(s["id"].as_str(), r.key.as_deref(), "arrival order");
+        assert_eq!(
+            (&s["status"], &s["reason"]),
+            (&"unscored".into(), &"shutdown".into())
+        );
+    }
+}

@@ -187,7 +187,9 @@ fn read_ahead(
 }
 
 /// Feeds every record to the engine until the end of input or `stop`; then emits what still
-/// waits for a model as unscored (`shutdown`) and flushes the sinks. With a `tracker`, each
+/// waits for a model as unscored (`shutdown`) and flushes the sinks. A line the reader cannot
+/// read (a truncated `.gz`, a malformed line) ends the input there: everything read before it
+/// is answered all the same, then the error is returned. With a `tracker`, each
 /// labelled record is shown to it before the engine sees it. Waits for a first model
 /// are bounded by event time only (`scoring.max_wait`), even when paced, so a replay's
 /// outputs never depend on the machine's speed. With a `speed`, sleeps between
@@ -203,11 +205,18 @@ pub fn run(
     let mut first_ts = None;
     let mut handled = 0u64;
     let (batches, reading) = read_ahead(reader, engine.preparse());
+    let mut unreadable = None;
     for (record, parsed) in batches.iter().flatten() {
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let record = record.map_err(DaemonError::runtime)?;
+        let record = match record {
+            Ok(record) => record,
+            Err(e) => {
+                unreadable = Some(e);
+                break;
+            }
+        };
         if let Some(factor) = speed {
             let first = *first_ts.get_or_insert(record.ts);
             let due = Duration::from_secs_f64(
@@ -237,6 +246,10 @@ pub fn run(
         ));
     }
     engine.finish().map_err(DaemonError::runtime)?;
+    if let Some(e) = unreadable {
+        tracing::error!(events = handled, error = %e, "the recorded stream ends unreadable");
+        return Err(DaemonError::runtime(e));
+    }
     tracing::info!(events = handled, "end of the recorded stream");
     Ok(Summary {
         handled,
