@@ -1,5 +1,6 @@
 //! Files written atomically: a temporary file beside, fsync, rename, fsync of the directory.
-//! A reader sees either the old file or the whole new one, even across a crash.
+//! A reader sees either the old file or the whole new one, even across a crash. And an
+//! exclusive advisory file lock ([`ExclusiveLock`]).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -49,6 +50,67 @@ pub fn write_atomic_with<E>(
     result
 }
 
+/// An exclusive advisory lock on a file, held until dropped (the kernel drops it when the
+/// process dies, so a kill -9 leaves no stale lock behind). The file holds the holder's pid.
+#[derive(Debug)]
+pub struct ExclusiveLock {
+    _file: File,
+}
+
+/// Why [`ExclusiveLock::take`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("{path} is locked by another process (pid {holder})")]
+    Held { path: String, holder: String },
+    #[error("cannot lock {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ExclusiveLock {
+    /// Takes the lock on `path` (created if missing) without waiting, and writes this
+    /// process's pid into it.
+    pub fn take(path: &Path) -> Result<ExclusiveLock, LockError> {
+        use rustix::fs::{flock, FlockOperation};
+        use std::io::{Read, Seek};
+
+        let io = |source: std::io::Error| LockError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
+        if let Err(e) = flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            if e != rustix::io::Errno::WOULDBLOCK {
+                return Err(io(e.into()));
+            }
+            let mut holder = String::new();
+            file.read_to_string(&mut holder).map_err(io)?;
+            let holder = match holder.trim() {
+                "" => "unknown".to_string(),
+                pid => pid.to_string(),
+            };
+            return Err(LockError::Held {
+                path: path.display().to_string(),
+                holder,
+            });
+        }
+        file.set_len(0).map_err(io)?;
+        file.rewind().map_err(io)?;
+        writeln!(file, "{}", std::process::id()).map_err(io)?;
+        file.flush().map_err(io)?;
+        Ok(ExclusiveLock { _file: file })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +135,21 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out.txt")]);
+    }
+
+    /// The second taker is refused, naming the holder's pid; dropping the lock frees it.
+    #[test]
+    fn a_second_taker_is_refused_naming_the_holder() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("lock");
+        let first = ExclusiveLock::take(&path).expect("first");
+        let refused = ExclusiveLock::take(&path).expect_err("second");
+        let pid = std::process::id().to_string();
+        assert!(
+            matches!(&refused, LockError::Held { holder, .. } if *holder == pid),
+            "{refused}"
+        );
+        drop(first);
+        ExclusiveLock::take(&path).expect("free again");
     }
 }

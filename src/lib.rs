@@ -22,7 +22,8 @@
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
 //! - [`deque`]: searches and removals on sorted deques, for the windows and the offset book.
 //! - [`files`]: files written atomically (temporary file beside, fsync, rename, directory
-//!   fsync), for models, the version counter and command outputs.
+//!   fsync), for models, the version counter and command outputs; and the exclusive lock
+//!   that keeps a state directory to one daemon.
 //! - [`config`]: the daemon's TOML configuration, one file per section: every key with its
 //!   default and doc, `NEYMAN_*` environment overrides, path resolution, checks that name the
 //!   key, secrets that redact themselves; `[model]` maps into [`learn::spec`].

@@ -804,3 +804,38 @@ fn a_truncated_stream_answers_what_was_read_then_fails_naming_the_file() {
         );
     }
 }
+
+/// Issue 21: two daemons on one state directory both ran and deleted each other's models.
+/// The second is refused (exit 2), naming the first one's pid; once the first is gone (even
+/// by kill -9), the directory is free again.
+#[test]
+fn a_second_daemon_on_the_same_state_directory_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut first = Command::new(BIN)
+        .arg("replay")
+        .arg(STREAM)
+        .arg("--config")
+        .arg(config(dir.path()))
+        .arg("--keep-serving")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let lock = dir.path().join("state").join("lock");
+    let pid = first.id().to_string();
+    let started = Instant::now();
+    while std::fs::read_to_string(&lock).map_or(true, |held| held.trim() != pid) {
+        assert!(started.elapsed() < Duration::from_secs(60), "no lock taken");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, stderr) = replay(dir.path(), Path::new(STREAM), &[]);
+    first.kill().expect("kill");
+    first.wait().expect("wait");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!("in use by another neyman (pid {pid})")),
+        "{stderr}"
+    );
+    let (code, stderr) = replay(dir.path(), Path::new(STREAM), &[]);
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -34,6 +34,7 @@ use crate::engine::outputs::Outputs;
 use crate::engine::prequential::{Prequential, PrequentialReport};
 use crate::engine::registry::Registry;
 use crate::engine::store::ModelStore;
+use crate::files::{ExclusiveLock, LockError};
 use crate::serve::{bind, serve, AppState, HttpLimits};
 use crate::stream::EventLimits;
 use crate::telemetry::Metrics;
@@ -194,6 +195,9 @@ pub fn run(
         })?)),
     };
     let service = Service::new(&config)?;
+    // Held to the end of the run: a second daemon on this state directory would delete this
+    // one's models (it keeps only the newest `state.keep_models`).
+    let _state_lock = lock_state_dir(&config.state.dir)?;
     let metrics = service.metrics.clone();
     let runtime = runtime(options.threads)?;
     let http = config.http.clone();
@@ -379,6 +383,19 @@ impl Service {
             limits: HttpLimits::new(http, limits),
         }
     }
+}
+
+/// The exclusive lock on `dir`'s `lock` file; held by another process, a usage error (exit 2)
+/// that names its pid.
+fn lock_state_dir(dir: &std::path::Path) -> Result<ExclusiveLock, DaemonError> {
+    ExclusiveLock::take(&dir.join("lock")).map_err(|e| match e {
+        LockError::Held { holder, .. } => DaemonError::Usage(format!(
+            "state.dir {}: in use by another neyman (pid {holder}); give each daemon its own \
+             state directory",
+            dir.display()
+        )),
+        e @ LockError::Io { .. } => DaemonError::runtime(e),
+    })
 }
 
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, DaemonError> {
