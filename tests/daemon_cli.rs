@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::broker::free_port;
 use common::http::{http, sample};
-use common::streams::pu_stream;
+use common::streams::{bundled, pu_stream};
 use neyman::stream::record::{Record, RecordReader, RecordWriter};
 use neyman::stream::Channel;
 use serde_json::Value;
@@ -27,11 +27,7 @@ const STREAM: &str = concat!(
 /// The first `n` bundled records, with one bad message of each kind among them; returns the
 /// path and the reasons expected in the DLQ.
 fn stream_with_bad_events(dir: &Path, n: usize) -> (PathBuf, Vec<&'static str>) {
-    let records: Vec<Record> = RecordReader::open(Path::new(STREAM))
-        .expect("bundled stream")
-        .take(n)
-        .map(|r| r.expect("record"))
-        .collect();
+    let records = bundled(n);
     let bad: [(&[u8], &str); 6] = [
         (b"{not json", "invalid_json"),
         (br#"{"ts": 1, "x": [1.0]}"#, "missing_id"),
@@ -780,11 +776,7 @@ fn bench_replay_times_the_daemon_against_the_baseline_on_the_same_stream() {
 #[test]
 fn a_truncated_stream_answers_what_was_read_then_fails_naming_the_file() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let records: Vec<Record> = RecordReader::open(Path::new(STREAM))
-        .expect("stream")
-        .take(400)
-        .map(|r| r.expect("record"))
-        .collect();
+    let records = bundled(400);
     let whole = dir.path().join("whole.jsonl.gz");
     write_stream(&whole, &records);
     let bytes = std::fs::read(&whole).expect("read");

@@ -5,30 +5,21 @@ mod common;
 
 use std::io::Write;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::broker::free_port;
 use common::http::http;
-use neyman::stream::record::{Record, RecordReader, RecordWriter};
+use common::streams::bundled;
+use neyman::stream::record::RecordWriter;
 use neyman::stream::Channel;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_neyman");
-const STREAM: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/data/streams/spambase.jsonl.gz"
-);
-
 #[test]
 fn run_serves_http_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().expect("dir");
-    let records: Vec<Record> = RecordReader::open(Path::new(STREAM))
-        .expect("bundled stream")
-        .take(2500)
-        .map(|r| r.expect("record"))
-        .collect();
+    let records = bundled(2500);
     let stream = dir.path().join("stream.jsonl");
     let mut w = RecordWriter::create(&stream).expect("create");
     for r in &records {
@@ -186,11 +177,7 @@ seed = 1
 #[test]
 fn sigterm_mid_stream_loses_no_event_that_was_read() {
     let dir = tempfile::tempdir().expect("dir");
-    let records: Vec<Record> = RecordReader::open(Path::new(STREAM))
-        .expect("bundled stream")
-        .take(3000)
-        .map(|r| r.expect("record"))
-        .collect();
+    let records = bundled(3000);
     let stream = dir.path().join("stream.jsonl");
     let mut w = RecordWriter::create(&stream).expect("create");
     for r in &records {
@@ -265,10 +252,7 @@ tau = 0.05
 #[test]
 fn swaps_under_http_load_never_mix_models_or_lose_outputs() {
     let dir = tempfile::tempdir().expect("dir");
-    let records: Vec<Record> = RecordReader::open(Path::new(STREAM))
-        .expect("bundled stream")
-        .map(|r| r.expect("record"))
-        .collect();
+    let records = bundled(usize::MAX);
     let stream = dir.path().join("stream.jsonl");
     let mut w = RecordWriter::create(&stream).expect("create");
     for r in &records {

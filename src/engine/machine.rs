@@ -523,8 +523,10 @@ impl Engine {
             None => parse_event(&record.payload, self.dim, &self.limits)?,
         };
         // Before the event can lock the dimension or move the clock.
-        let clock = self.newest_ts.unwrap_or(i64::MIN).max(now_ms());
-        if event.ts > clock.saturating_add(self.max_future_ms) {
+        // The wall clock is read only for an event already beyond the newest event time.
+        let beyond = |clock: i64| event.ts > clock.saturating_add(self.max_future_ms);
+        if self.newest_ts.map_or(true, beyond) && beyond(now_ms()) {
+            let clock = self.newest_ts.unwrap_or(i64::MIN).max(now_ms());
             return Err(Rejection {
                 reason: RejectReason::TsOutOfRange,
                 detail: format!(

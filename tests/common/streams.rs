@@ -1,6 +1,22 @@
 //! Synthetic recorded streams for the daemon tests.
 
+use std::path::Path;
+
+use neyman::stream::record::RecordReader;
 use neyman::stream::{Channel, Record};
+
+/// The first `n` records of the bundled spambase stream (`usize::MAX`: all of them).
+pub fn bundled(n: usize) -> Vec<Record> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/streams/spambase.jsonl.gz"
+    );
+    RecordReader::open(Path::new(path))
+        .expect("bundled stream")
+        .take(n)
+        .map(|r| r.expect("record"))
+        .collect()
+}
 
 /// A positive-unlabeled stream of `dim`-dimensional events (no negatives): `positives`
 /// labelled positives, then `unlabeled` events of which a share `prior` are positives.
