@@ -50,6 +50,39 @@ pub fn write_atomic_with<E>(
     result
 }
 
+/// Opens `path` for appending (created if missing) after cutting off a last line without its
+/// newline, which a crash or a full disk left half-written: appended to, it would garble the
+/// next line. Returns the file and how many bytes were cut.
+pub fn open_append_whole_lines(path: &Path) -> std::io::Result<(File, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    let mut end = len;
+    let mut chunk = [0u8; 4096];
+    // Back from the end to the last newline, a chunk at a time.
+    while end > 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let part = &mut chunk[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(part)?;
+        if let Some(i) = part.iter().rposition(|&b| b == b'\n') {
+            end = start + i as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    if end < len {
+        file.set_len(end)?;
+        file.sync_all()?;
+    }
+    Ok((file, len - end))
+}
+
 /// An exclusive advisory lock on a file, held until dropped (the kernel drops it when the
 /// process dies, so a kill -9 leaves no stale lock behind). The file holds the holder's pid.
 #[derive(Debug)]
@@ -135,6 +168,32 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out.txt")]);
+    }
+
+    /// A half-written last line is cut before appending; whole lines are kept, and a file
+    /// that is one long partial line becomes empty.
+    #[test]
+    fn a_partial_last_line_is_cut_before_appending() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("scores.jsonl");
+        let long = "x".repeat(10_000);
+        for (before, kept, cut) in [
+            ("a\nb\n".to_string(), "a\nb\n".to_string(), 0),
+            ("a\nb\n{\"id\":".to_string(), "a\nb\n".to_string(), 6),
+            (format!("a\n{long}"), "a\n".to_string(), 10_000),
+            (long.clone(), String::new(), 10_000),
+            (String::new(), String::new(), 0),
+        ] {
+            std::fs::write(&path, &before).expect("write");
+            let (mut file, dropped) = open_append_whole_lines(&path).expect("open");
+            assert_eq!(dropped, cut, "{before:.20}");
+            file.write_all(b"c\n").expect("append");
+            drop(file);
+            assert_eq!(
+                std::fs::read_to_string(&path).expect("read"),
+                format!("{kept}c\n")
+            );
+        }
     }
 
     /// The second taker is refused, naming the holder's pid; dropping the lock frees it.

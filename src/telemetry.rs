@@ -58,6 +58,9 @@ impl EventOutcome {
 }
 /// How a due retrain ended.
 pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
+/// Why a retrain failed: `time_limit` (`retrain.time_limit` ran out; the retrain was stopped)
+/// or `error` (the data or the solver refused; the log says which).
+pub const RETRAIN_FAILURES: [&str; 2] = ["time_limit", "error"];
 /// How a due recalibration ended: a fresh threshold swapped in, one swapped in that flags none
 /// of the fresh positives (an early retrain is asked for), or none (too few fresh negatives).
 pub const RECALIBRATION_RESULTS: [&str; 3] = ["recalibrated", "flags_nothing", "skipped"];
@@ -65,13 +68,14 @@ pub const RECALIBRATION_RESULTS: [&str; 3] = ["recalibrated", "flags_nothing", "
 pub const DRIFT_SIGNALS: [&str; 3] = ["scores", "features", "feedback"];
 
 /// Every metric family name, for the promtool test and the dashboard check.
-pub const FAMILIES: [&str; 45] = [
+pub const FAMILIES: [&str; 46] = [
     "neyman_events_total",
     "neyman_dlq_events_total",
     "neyman_window_events",
     "neyman_window_bytes",
     "neyman_retrains_total",
     "neyman_retrain_rejections_total",
+    "neyman_retrain_failures_total",
     "neyman_retrain_duration_seconds",
     "neyman_solver_iterations_total",
     "neyman_solver_kernel_evaluations_total",
@@ -132,6 +136,8 @@ pub struct Metrics {
     pub retrains: IntCounterVec,
     /// Rejected retrains by gate reason.
     pub retrain_rejections: IntCounterVec,
+    /// Failed retrains by reason ([`RETRAIN_FAILURES`]).
+    pub retrain_failures: IntCounterVec,
     /// Wall time of retrains that ran (training and calibration), by algorithm.
     pub retrain_duration: HistogramVec,
     /// Pair steps (usmo) or gradient steps (tfpl) of every retrain.
@@ -299,6 +305,19 @@ impl Metrics {
         for result in RETRAIN_RESULTS {
             retrains.with_label_values(&[result]);
         }
+        let retrain_failures = register(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    "neyman_retrain_failures_total",
+                    "Failed retrains by reason: time_limit (retrain.time_limit ran out) or error.",
+                ),
+                &["reason"],
+            )?,
+        )?;
+        for reason in RETRAIN_FAILURES {
+            retrain_failures.with_label_values(&[reason]);
+        }
         let seconds_buckets = vec![
             0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
         ];
@@ -327,6 +346,7 @@ impl Metrics {
                     &["reason"],
                 )?,
             )?,
+            retrain_failures,
             retrain_duration: register(
                 r,
                 HistogramVec::new(

@@ -831,3 +831,57 @@ fn a_second_daemon_on_the_same_state_directory_is_refused() {
     let (code, stderr) = replay(dir.path(), Path::new(STREAM), &[]);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// Issue 21 item 10, state and output files an earlier run or the disk left broken: a garbled
+/// version counter is refused at start (exit 2, the file named) instead of failing every
+/// retrain; orphaned temporary files of interrupted writes are removed; a half-written last
+/// line of the scores file is cut, so every line of it parses; a full disk under the scores
+/// file fails the replay naming the file.
+#[test]
+fn broken_state_and_output_files_are_named_cleaned_or_cut() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(state.join("models")).expect("mkdir");
+    let stream = dir.path().join("short.jsonl");
+    write_stream(&stream, &bundled(300));
+
+    std::fs::write(state.join("version"), "7 models\n").expect("write");
+    let (code, stderr) = replay(dir.path(), &stream, &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&state.join("version").display().to_string())
+            && stderr.contains("not a version number"),
+        "{stderr}"
+    );
+
+    std::fs::write(state.join("version"), "7\n").expect("write");
+    let orphan = state
+        .join("models")
+        .join(format!(".model-{:020}.nmd.tmp", 8));
+    std::fs::write(&orphan, b"half a model").expect("write");
+    let scores = dir.path().join("scores.jsonl");
+    std::fs::write(&scores, "{\"id\":\"from-before\"}\n{\"id\":\"cut-sh").expect("write");
+    let (code, stderr) = replay(dir.path(), &stream, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!orphan.exists(), "{stderr}");
+    assert!(stderr.contains("cut a half-written last line"), "{stderr}");
+    let written = lines(&scores);
+    assert_eq!(written[0]["id"], "from-before");
+    let unlabeled = bundled(300)
+        .iter()
+        .filter(|r| r.channel == Channel::Unlabeled)
+        .count();
+    assert_eq!(written.len(), 1 + unlabeled);
+
+    let out = Command::new(BIN)
+        .arg("replay")
+        .arg(&stream)
+        .arg("--config")
+        .arg(config(dir.path()))
+        .env("NEYMAN_OUTPUT_SCORES", "/dev/full")
+        .output()
+        .expect("run neyman");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("/dev/full"), "{stderr}");
+}

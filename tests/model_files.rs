@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use neyman::data::Rows;
-use neyman::engine::store::{ModelStore, StoredModel};
+use neyman::engine::store::{trained_under, ModelStore, StoredModel};
 use neyman::learn::model::{self, Model, ModelFile, Provenance};
 use neyman::learn::Scorer;
 
@@ -161,7 +161,7 @@ fn the_store_resumes_a_file_the_earlier_daemon_wrote_and_saves_the_current_layou
     let store = ModelStore::open(dir.path(), 5).expect("open");
     let provenance = daemon_provenance();
     let (usable, skipped) = store
-        .load_usable(&[provenance.config_fingerprint])
+        .load_usable(|m| trained_under(m, &[provenance.config_fingerprint]))
         .expect("load");
     assert!(skipped.is_empty(), "{skipped:?}");
     assert_eq!(usable.len(), 1);

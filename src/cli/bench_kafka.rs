@@ -134,6 +134,7 @@ fn in_process_engine(config: &Config, name: &str, resume: bool) -> Result<Engine
             store: ModelStore::open(dir, 2).map_err(failed)?,
             outputs: Box::new(FileOutputs::new(
                 Box::new(std::io::sink()),
+                "a discarding sink".into(),
                 DlqWriter::open(&dir.join(format!("{name}-dlq.jsonl"))).map_err(failed)?,
             )),
             cancel: Arc::new(AtomicBool::new(false)),

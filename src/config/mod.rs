@@ -428,6 +428,9 @@ impl Config {
                 "is 0 and retrain.every is absent: the model would never be retrained".into(),
             );
         }
+        if r.time_limit.0.is_zero() {
+            return bad("retrain.time_limit", "must be > 0".into());
+        }
         if !(self.gate.margin.is_finite() && self.gate.margin >= 0.0) {
             return bad("gate.margin", "must be finite and ≥ 0".into());
         }

@@ -24,6 +24,15 @@ pub struct RetrainConfig {
     /// Retrain after this much event time (absent: never by time).
     #[serde(default)]
     pub every: Option<HumanDuration>,
+    /// Wall time one retrain may take, all of it (prior pre-pass, ranking-depth search, fit,
+    /// calibration). When it runs out the retrain is stopped and counted as failed
+    /// (`neyman_retrain_failures_total{reason="time_limit"}`, a warning); the active model
+    /// keeps serving and the next retrain starts warm from the last finished one. A retrain
+    /// normally takes well under a second to a few seconds; one that does not (labels with no
+    /// signal left USMO iterating for minutes) would otherwise hold back the next one
+    /// indefinitely, and on a replay the intake too. Default 2m.
+    #[serde(default = "default_time_limit")]
+    pub time_limit: HumanDuration,
 }
 
 fn default_min_positive() -> usize {
@@ -38,6 +47,9 @@ fn default_min_negative() -> usize {
 fn default_every_events() -> u64 {
     1_000
 }
+fn default_time_limit() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(120))
+}
 
 impl Default for RetrainConfig {
     fn default() -> Self {
@@ -47,6 +59,7 @@ impl Default for RetrainConfig {
             min_negative: default_min_negative(),
             every_events: default_every_events(),
             every: None,
+            time_limit: default_time_limit(),
         }
     }
 }

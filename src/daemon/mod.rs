@@ -194,10 +194,11 @@ pub fn run(
             DaemonError::Usage("source.kind = \"kafka\" needs a [kafka] section".into())
         })?)),
     };
-    let service = Service::new(&config)?;
-    // Held to the end of the run: a second daemon on this state directory would delete this
-    // one's models (it keeps only the newest `state.keep_models`).
+    // Held to the end of the run, and taken before the state directory is read or cleaned: a
+    // second daemon on it would delete this one's models (it keeps only the newest
+    // `state.keep_models`) and its files in flight.
     let _state_lock = lock_state_dir(&config.state.dir)?;
+    let service = Service::new(&config)?;
     let metrics = service.metrics.clone();
     let runtime = runtime(options.threads)?;
     let http = config.http.clone();
@@ -342,7 +343,10 @@ impl Service {
         let prometheus = prometheus::Registry::new();
         let metrics = Metrics::new(&prometheus).map_err(DaemonError::runtime)?;
         let store = ModelStore::open(&config.state.dir, config.state.keep_models)
-            .map_err(DaemonError::runtime)?;
+            .map_err(|e| DaemonError::Usage(format!("state.dir: {e}")))?;
+        for path in store.remove_orphans().map_err(DaemonError::runtime)? {
+            tracing::info!(file = %path.display(), "removed the temporary file of an interrupted write");
+        }
         Ok(Service {
             prometheus,
             metrics,
@@ -388,6 +392,7 @@ impl Service {
 /// The exclusive lock on `dir`'s `lock` file; held by another process, a usage error (exit 2)
 /// that names its pid.
 fn lock_state_dir(dir: &std::path::Path) -> Result<ExclusiveLock, DaemonError> {
+    std::fs::create_dir_all(dir).map_err(|e| DaemonError::file(dir, e))?;
     ExclusiveLock::take(&dir.join("lock")).map_err(|e| match e {
         LockError::Held { holder, .. } => DaemonError::Usage(format!(
             "state.dir {}: in use by another neyman (pid {holder}); give each daemon its own \

@@ -17,21 +17,34 @@ use crate::stream::dlq::{DlqRecord, DlqWriter};
 use crate::stream::record::{Record, RecordError, RecordReader};
 use crate::stream::{Channel, Event};
 
-/// Scores as JSON lines to a writer (a file or stdout), dead letters to a [`DlqWriter`].
+/// Scores as JSON lines to a writer (a file or stdout, named in errors), dead letters to a
+/// [`DlqWriter`].
 pub struct FileOutputs {
     scores: Box<dyn Write + Send>,
+    scores_name: String,
     dlq: DlqWriter,
 }
 
 impl FileOutputs {
-    pub fn new(scores: Box<dyn Write + Send>, dlq: DlqWriter) -> FileOutputs {
-        FileOutputs { scores, dlq }
+    pub fn new(scores: Box<dyn Write + Send>, scores_name: String, dlq: DlqWriter) -> FileOutputs {
+        FileOutputs {
+            scores,
+            scores_name,
+            dlq,
+        }
+    }
+
+    fn scores_error(&self, source: std::io::Error) -> OutputError {
+        OutputError::Scores {
+            name: self.scores_name.clone(),
+            source,
+        }
     }
 }
 
 impl Outputs for FileOutputs {
     fn score(&mut self, output: ScoreOutput, _origin: Option<Origin>) -> Result<(), OutputError> {
-        writeln!(self.scores, "{}", output.to_json_line()).map_err(OutputError::Scores)
+        writeln!(self.scores, "{}", output.to_json_line()).map_err(|e| self.scores_error(e))
     }
 
     fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError> {
@@ -39,7 +52,7 @@ impl Outputs for FileOutputs {
     }
 
     fn flush(&mut self) -> Result<(), OutputError> {
-        self.scores.flush().map_err(OutputError::Scores)?;
+        self.scores.flush().map_err(|e| self.scores_error(e))?;
         Ok(self.dlq.flush()?)
     }
 }
@@ -125,18 +138,32 @@ pub fn file_outputs(output: &OutputConfig) -> Result<FileOutputs, DaemonError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| DaemonError::file(dir, e))?;
         }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| DaemonError::file(path, e))?;
+        let (file, cut) =
+            crate::files::open_append_whole_lines(path).map_err(|e| DaemonError::file(path, e))?;
+        warn_cut(path, cut);
         Box::new(std::io::BufWriter::new(file))
     };
     if let Some(dir) = output.dlq.parent() {
         std::fs::create_dir_all(dir).map_err(|e| DaemonError::file(dir, e))?;
     }
     let dlq = DlqWriter::open(&output.dlq).map_err(|e| DaemonError::file(&output.dlq, e))?;
-    Ok(FileOutputs::new(scores, dlq))
+    warn_cut(&output.dlq, dlq.cut_bytes());
+    let scores_name = match output.scores.as_os_str() == "-" {
+        true => "standard output".to_string(),
+        false => output.scores.display().to_string(),
+    };
+    Ok(FileOutputs::new(scores, scores_name, dlq))
+}
+
+/// Says that a half-written last line (a crash or a full disk) was cut from an output file.
+fn warn_cut(path: &Path, bytes: u64) {
+    if bytes > 0 {
+        tracing::warn!(
+            file = %path.display(),
+            bytes,
+            "cut a half-written last line left by an earlier run"
+        );
+    }
 }
 
 /// The recorded stream at `path`.

@@ -35,7 +35,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::codec::fnv1a64;
 use crate::config::{
@@ -47,7 +48,7 @@ use crate::engine::drift::{Detection, FeatureDetection, FeatureDrift, ScoreDrift
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
 use crate::engine::scoring::{score_one, ScoreOutput, UnscoredReason};
-use crate::engine::store::{ModelStore, StoreError, StoredModel};
+use crate::engine::store::{trained_under, ModelStore, Skipped, StoreError, StoredModel};
 use crate::engine::window::{
     in_calibration, newest_held_out, Entry, InsertOutcome, Window, WindowConfig,
 };
@@ -120,9 +121,20 @@ impl GateReason {
 /// How one retrain ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RetrainOutcome {
-    Swapped { version: u64 },
-    Rejected { reason: GateReason, detail: String },
-    Failed { detail: String },
+    Swapped {
+        version: u64,
+    },
+    Rejected {
+        reason: GateReason,
+        detail: String,
+    },
+    Failed {
+        detail: String,
+    },
+    /// `retrain.time_limit` ran out and the retrain was stopped.
+    TimedOut {
+        limit: Duration,
+    },
     Cancelled,
 }
 
@@ -422,41 +434,62 @@ impl Engine {
     }
 
     fn resume(&mut self) -> Result<(), EngineError> {
-        // The fingerprint needs the dimension, which each stored model carries: try each
-        // stored dimension, newest first.
-        let versions = self.store.versions()?;
-        let mut dims = BTreeSet::new();
-        for v in versions.iter().rev() {
-            if let Ok(m) = self.store.load(*v) {
-                dims.insert(m.meta.n_features);
-            }
+        let (mut usable, mut skipped) = self.store.load_usable(|m| self.resumable(m))?;
+        // The newest usable model fixes the dimension; an older one of another dimension
+        // could never serve beside it.
+        if let Some(dim) = usable.first().map(|m| m.meta.n_features) {
+            let (same, other): (Vec<_>, Vec<_>) =
+                usable.into_iter().partition(|m| m.meta.n_features == dim);
+            usable = same;
+            skipped.extend(other.into_iter().map(|m| Skipped {
+                path: self.store.model_path(m.meta.version),
+                reason: format!(
+                    "it has {} features, the newest usable model {dim}",
+                    m.meta.n_features
+                ),
+            }));
         }
-        // A configured dimension is the only one a model may have.
-        dims.retain(|&d| self.dim.map_or(true, |locked| locked == d));
-        for dim in dims {
-            let (usable, skipped) = self.store.load_usable(&self.accepted_fingerprints(dim))?;
-            if let Some(newest) = usable.first() {
-                for s in &skipped {
-                    tracing::warn!(path = %s.path.display(), reason = %s.reason, "model file not resumed");
-                }
-                self.dim = Some(dim);
-                self.learner = Some(Learner {
-                    scaler: newest.model.scaler().clone(),
-                    previous: Some(fit_of(&newest.model)),
-                    rank: None,
-                });
-                newest.publish(&self.metrics);
-                tracing::info!(version = newest.meta.version, "resumed the stored model");
-                let keep = self.config.keep_models;
-                let mut oldest_first: Vec<StoredModel> = usable.into_iter().take(keep).collect();
-                oldest_first.reverse();
-                for m in oldest_first {
-                    self.registry.install(m);
-                }
-                return Ok(());
+        for s in &skipped {
+            tracing::warn!(path = %s.path.display(), reason = %s.reason, "model file not resumed");
+        }
+        let Some(newest) = usable.first() else {
+            if !skipped.is_empty() {
+                tracing::warn!(
+                    files = skipped.len(),
+                    dir = %self.store.dir().display(),
+                    "no stored model resumed: every model file is corrupt, fails the gate's \
+                     checks or was trained under another [model] configuration (reasons above); \
+                     serving starts after the first retrain"
+                );
             }
+            return Ok(());
+        };
+        self.dim = Some(newest.meta.n_features);
+        self.learner = Some(Learner {
+            scaler: newest.model.scaler().clone(),
+            previous: Some(fit_of(&newest.model)),
+            rank: None,
+        });
+        newest.publish(&self.metrics);
+        tracing::info!(version = newest.meta.version, "resumed the stored model");
+        let keep = self.config.keep_models;
+        let mut oldest_first: Vec<StoredModel> = usable.into_iter().take(keep).collect();
+        oldest_first.reverse();
+        for m in oldest_first {
+            self.registry.install(m);
         }
         Ok(())
+    }
+
+    /// Whether a stored model may be resumed: the configured dimension (when one is), this
+    /// configuration at its own dimension, and the checks of [`Engine::servable`].
+    fn resumable(&self, stored: &StoredModel) -> Result<(), String> {
+        let n = stored.meta.n_features;
+        if let Some(d) = self.config.model.n_features.filter(|&d| d != n) {
+            return Err(format!("it has {n} features, model.n_features is {d}"));
+        }
+        trained_under(stored, &self.accepted_fingerprints(n))?;
+        self.servable(&stored.model)
     }
 
     /// The fingerprint of everything that makes two models interchangeable: the `[model]`
@@ -1416,6 +1449,22 @@ impl Engine {
             }
             RetrainOutcome::Failed { detail } => {
                 tracing::warn!(%detail, "retrain failed");
+                self.metrics
+                    .retrain_failures
+                    .with_label_values(&["error"])
+                    .inc();
+                "failed"
+            }
+            RetrainOutcome::TimedOut { limit } => {
+                tracing::warn!(
+                    limit = ?limit,
+                    "retrain stopped: retrain.time_limit ran out; the active model keeps serving \
+                     and the next retrain starts from the last finished one"
+                );
+                self.metrics
+                    .retrain_failures
+                    .with_label_values(&["time_limit"])
+                    .inc();
                 "failed"
             }
             RetrainOutcome::Cancelled => {
@@ -1425,7 +1474,9 @@ impl Engine {
         };
         if !matches!(
             outcome,
-            RetrainOutcome::Cancelled | RetrainOutcome::Failed { .. }
+            RetrainOutcome::Cancelled
+                | RetrainOutcome::Failed { .. }
+                | RetrainOutcome::TimedOut { .. }
         ) {
             self.metrics
                 .retrain_duration
@@ -1484,14 +1535,25 @@ impl Engine {
                 .filter(|r| r.reusable(rows))
                 .map(|r| (r.rank_tau, r.reg)),
             cancel: Arc::clone(&self.cancel),
+            time_limit: self.config.retrain.time_limit.0,
         })
     }
 
     /// The gate, the save and the swap of a trained job.
     fn finish_retrain(&mut self, trained: TrainedRetrain) -> RetrainOutcome {
-        let TrainedRetrain { job, fitted } = trained;
+        let TrainedRetrain {
+            job,
+            fitted,
+            timed_out,
+        } = trained;
         if self.cancel.load(Ordering::Relaxed) {
             return RetrainOutcome::Cancelled;
+        }
+        // Before the warm start is replaced: a stopped solve is no start for the next one.
+        if timed_out {
+            return RetrainOutcome::TimedOut {
+                limit: job.time_limit,
+            };
         }
         // Also when the certificate is refused: the bounds say why (docs/certificates.md §5).
         let prior = match &fitted {
@@ -1701,16 +1763,7 @@ impl Engine {
         if let Some(d) = self.dim.filter(|&d| d != n) {
             return Err(format!("it has {n} features, the stream {d}"));
         }
-        if !self
-            .accepted_fingerprints(n)
-            .contains(&stored.meta.config_fingerprint)
-        {
-            return Err(format!(
-                "trained under another [model] configuration (fingerprint {:016x}, here {:016x})",
-                stored.meta.config_fingerprint,
-                self.fingerprint(n)
-            ));
-        }
+        trained_under(&stored, &self.accepted_fingerprints(n))?;
         if let Some(active) = self.registry.active() {
             if stored.meta.version <= active.meta.version {
                 return Err(format!(
@@ -1719,18 +1772,7 @@ impl Engine {
                 ));
             }
         }
-        let e = stored.model.expansion();
-        // A missing threshold is the certify check's to judge.
-        let threshold_finite = stored
-            .model
-            .threshold()
-            .map_or(true, |t| t.threshold.is_finite());
-        if !(e.coef.iter().all(|c| c.is_finite()) && e.bias.is_finite() && threshold_finite) {
-            return Err("non-finite coefficients or threshold".into());
-        }
-        if let Some((reason, detail)) = self.certify(&stored.model) {
-            return Err(format!("{}: {detail}", reason.as_str()));
-        }
+        self.servable(&stored.model)?;
         let version = stored.meta.version;
         if self.dim.is_none() {
             self.dim = Some(n);
@@ -1782,6 +1824,30 @@ impl Engine {
             self.score_unlabeled(&w.event, w.origin)?;
         }
         Ok(())
+    }
+
+    /// Whether a model that did not come from this engine's own retrain (a stored file on
+    /// resume, a trainer's upload) may serve: every number finite, and the gate's data-free
+    /// checks ([`Engine::certify`]). A file's checksum only says the bytes are the ones written,
+    /// not that the model in them is usable.
+    fn servable(&self, model: &Model) -> Result<(), String> {
+        let e = model.expansion();
+        // A missing threshold is the certify check's to judge.
+        let threshold_finite = model.threshold().map_or(true, |t| t.threshold.is_finite());
+        if !(e.coef.iter().all(|c| c.is_finite())
+            && e.bias.is_finite()
+            && e.support.all_finite()
+            && threshold_finite)
+        {
+            return Err("non-finite coefficients, support vectors or threshold".into());
+        }
+        if let Err(k) = e.kernel.check() {
+            return Err(k.to_string());
+        }
+        match self.certify(model) {
+            Some((reason, detail)) => Err(format!("{}: {detail}", reason.as_str())),
+            None => Ok(()),
+        }
     }
 
     /// The gate's checks that need no data: a threshold exists and certifies τ (oob: its
@@ -2010,12 +2076,16 @@ pub struct RetrainJob {
     /// them.
     tuning: Option<(f64, f64)>,
     cancel: Arc<AtomicBool>,
+    /// `retrain.time_limit`.
+    time_limit: Duration,
 }
 
 /// A solved [`RetrainJob`], for [`Engine::complete_retrain`].
 pub struct TrainedRetrain {
     job: RetrainJob,
     fitted: Result<Fitted, CalibrateError>,
+    /// `retrain.time_limit` stopped it.
+    timed_out: bool,
 }
 
 /// What a retrain computed.
@@ -2032,36 +2102,39 @@ struct Fitted {
 
 impl RetrainJob {
     /// Trains (warm-started from the previous solution) and calibrates the threshold on the
-    /// held-out events. Stops early when the engine's cancel flag is set.
+    /// held-out events. Stops early when the engine's cancel flag is set or
+    /// `retrain.time_limit` runs out.
     pub fn run(self) -> TrainedRetrain {
-        let fitted = self.fit();
-        TrainedRetrain { job: self, fitted }
+        let (fitted, timed_out) =
+            with_deadline(&self.cancel, self.time_limit, |stop| self.fit(stop));
+        TrainedRetrain {
+            job: self,
+            fitted,
+            timed_out,
+        }
     }
 
     /// The solver from the settings (with an `auto` prior end, the π needed before training
     /// comes from the training events alone, docs/certificates.md §5), its fit and, unless
     /// `threshold = "none"` (every row trains, no threshold), the threshold.
-    fn fit(&self) -> Result<Fitted, CalibrateError> {
+    fn fit(&self, stop: &AtomicBool) -> Result<Fitted, CalibrateError> {
         let (spec, _) = resolve_training_prior(
             &self.spec,
             &self.snapshot.data,
             &self.snapshot.held_out,
-            &self.cancel,
+            stop,
         )?;
         let spec = spec.check()?;
         let previous = self.previous.as_ref();
         let (spec, rank_choice) = match self.tuning {
             Some((rank_tau, reg)) => (spec.tuned_at(rank_tau, reg), None),
-            None => spec.with_rank_tau_chosen(
-                &self.scaled,
-                &self.snapshot.held_out,
-                previous,
-                &self.cancel,
-            )?,
+            None => {
+                spec.with_rank_tau_chosen(&self.scaled, &self.snapshot.held_out, previous, stop)?
+            }
         };
         let algorithm = spec.solver(self.n_features)?;
         let Some(mut threshold) = spec.threshold_spec() else {
-            let fit = algorithm.fit(previous, &self.scaled, &self.cancel)?;
+            let fit = algorithm.fit(previous, &self.scaled, stop)?;
             return Ok(Fitted {
                 fit,
                 threshold: None,
@@ -2080,7 +2153,7 @@ impl RetrainJob {
             &threshold,
             &self.scaled,
             &self.snapshot.held_out,
-            &self.cancel,
+            stop,
         )?;
         Ok(Fitted {
             fit,
@@ -2090,6 +2163,49 @@ impl RetrainJob {
             rank_choice,
         })
     }
+}
+
+/// Runs `work` with a stop flag that is raised when `cancel` is or `limit` has passed (checked
+/// by a watchdog thread every 50 ms at most; the solvers poll the flag). Returns what `work`
+/// returned and whether the limit stopped it.
+fn with_deadline<T>(
+    cancel: &AtomicBool,
+    limit: Duration,
+    work: impl FnOnce(&AtomicBool) -> T,
+) -> (T, bool) {
+    let stop = AtomicBool::new(false);
+    let done = (Mutex::new(false), Condvar::new());
+    // A limit too far ahead to represent is no limit.
+    let deadline = Instant::now().checked_add(limit);
+    let timed_out = AtomicBool::new(false);
+    let out = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let (lock, wake) = &done;
+            let mut finished = lock.lock().unwrap_or_else(|p| p.into_inner());
+            while !*finished {
+                let now = Instant::now();
+                if cancel.load(Ordering::Relaxed) {
+                    stop.store(true, Ordering::Relaxed);
+                } else if deadline.is_some_and(|d| now >= d) {
+                    timed_out.store(true, Ordering::Relaxed);
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                let poll = Duration::from_millis(50);
+                let wait = deadline.map_or(poll, |d| (d - now).min(poll));
+                finished = wake
+                    .wait_timeout(finished, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        });
+        let out = work(&stop);
+        let (lock, wake) = &done;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        wake.notify_one();
+        out
+    });
+    (out, timed_out.load(Ordering::Relaxed))
 }
 
 /// `model`'s scores on window `entries`; `None` if their features do not stack into rows.
@@ -2558,6 +2674,72 @@ mod tests {
         );
     }
 
+    /// Issue 21 item 9: a retrain that `retrain.time_limit` stopped is a failure with reason
+    /// `time_limit`; the active model keeps serving and the warm start is the last finished
+    /// solution, not the stopped one.
+    #[test]
+    fn a_retrain_stopped_by_its_time_limit_fails_and_keeps_the_warm_start() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, registry) = engine(dir.path(), "");
+        let active = feed_until_first_model(&mut e, &registry);
+        let warm_before = e.learner.as_ref().and_then(|l| l.previous.clone());
+        let job = e.prepare_retrain(Instant::now()).expect("a retrain job");
+        let mut trained = job.run();
+        assert!(
+            !trained.timed_out,
+            "a retrain of the bundled stream takes far under 2m"
+        );
+        trained.timed_out = true;
+        match &mut trained.fitted.as_mut().expect("trained").fit {
+            Fit::Usmo(m) => m.expansion.coef[0] += 1.0,
+            Fit::Tfpl(m) => m.expansion.coef[0] += 1.0,
+        }
+        let outcome = e.complete_retrain(trained);
+        assert!(
+            matches!(outcome, RetrainOutcome::TimedOut { limit } if limit == Duration::from_secs(120)),
+            "{outcome:?}"
+        );
+        assert_eq!(registry.active().map(|m| m.meta.version), Some(active));
+        let failures = |reason: &str| {
+            e.metrics
+                .retrain_failures
+                .with_label_values(&[reason])
+                .get()
+        };
+        assert_eq!((failures("time_limit"), failures("error")), (1, 0));
+        assert_eq!(e.metrics.retrains.with_label_values(&["failed"]).get(), 1);
+        let warm_after = e.learner.as_ref().and_then(|l| l.previous.clone());
+        assert_eq!(
+            warm_after.map(|f| f.expansion().coef.clone()),
+            warm_before.map(|f| f.expansion().coef.clone())
+        );
+    }
+
+    /// The watchdog raises the stop flag once the limit has passed (work that runs until
+    /// stopped returns, and says it was stopped), passes a cancel through (not counted as the
+    /// limit), and leaves work that ends in time alone.
+    #[test]
+    fn the_deadline_stops_work_that_runs_past_it() {
+        let spin = |stop: &AtomicBool| {
+            let mut polls = 0_u64;
+            while !stop.load(Ordering::Relaxed) {
+                polls += 1;
+                std::thread::yield_now();
+            }
+            polls
+        };
+        let never = AtomicBool::new(false);
+        let (_, timed_out) = with_deadline(&never, Duration::from_millis(20), spin);
+        assert!(timed_out);
+        let cancelled = AtomicBool::new(true);
+        let (_, timed_out) = with_deadline(&cancelled, Duration::from_secs(3600), spin);
+        assert!(!timed_out);
+        let (value, timed_out) = with_deadline(&never, Duration::from_secs(3600), |_| 7);
+        assert_eq!((value, timed_out), (7, false));
+        let (value, timed_out) = with_deadline(&never, Duration::MAX, |_| 8);
+        assert_eq!((value, timed_out), (8, false));
+    }
+
     #[test]
     fn the_gate_rejects_a_worse_np_score_and_a_loose_fpr_bound() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -2681,6 +2863,36 @@ mod tests {
         );
         let other = model.replace("tau = 0.05", "tau = 0.1");
         let (_, registry) = engine_resuming(dir.path(), &other, "", Box::new(Discard), true);
+        assert!(registry.active().is_none());
+    }
+
+    /// A stored model whose checksum is valid but whose threshold is NaN or −∞ is not
+    /// resumed (issue 21: it was served, scoring `null` as "scored"); the previous model is.
+    /// With no usable file left, nothing is served.
+    #[test]
+    fn a_stored_model_that_fails_the_gate_is_not_resumed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let model = "algorithm = \"tfpl\"\nprior = 0.38\ntau = 0.05\nseed = 1\n";
+        let (mut e, registry) = engine_of(dir.path(), model, "", Box::new(Discard));
+        let good = feed_until_first_model(&mut e, &registry);
+        let stored = e.store.load(good).expect("stored");
+        for (bad, value) in [(good + 1, f64::NAN), (good + 2, f64::NEG_INFINITY)] {
+            let mut broken = stored.clone();
+            broken.meta.version = bad;
+            let mut t = broken.model.threshold().cloned().expect("a threshold");
+            t.threshold = value;
+            broken.model.set_threshold(t);
+            e.store.save(&broken).expect("save");
+        }
+        drop(e);
+        let (resumed, registry) = engine_resuming(dir.path(), model, "", Box::new(Discard), true);
+        let active = registry.active().expect("resumed");
+        assert_eq!(active.meta.version, good);
+        assert_eq!(resumed.dimension(), Some(stored.meta.n_features));
+
+        std::fs::remove_file(resumed.store.model_path(good)).expect("remove the good one");
+        drop(resumed);
+        let (_, registry) = engine_resuming(dir.path(), model, "", Box::new(Discard), true);
         assert!(registry.active().is_none());
     }
 

@@ -10,8 +10,12 @@ use crate::stream::Channel;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error("score sink: {0}")]
-    Scores(std::io::Error),
+    #[error("cannot write the scores to {name}: {source}")]
+    Scores {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Dlq(#[from] DlqError),
     #[error("kafka sink: {0}")]

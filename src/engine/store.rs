@@ -141,12 +141,49 @@ pub struct ModelStore {
 
 impl ModelStore {
     /// Opens (creating when missing) `dir` and `dir/models`; keeps the newest `keep` models.
+    /// A version counter that is not a number, or that can issue no further version, is an
+    /// error now rather than at the first retrain (which would fail every time while the
+    /// daemon looked healthy).
     pub fn open(dir: &Path, keep: usize) -> Result<ModelStore, StoreError> {
         let models = dir.join("models");
         std::fs::create_dir_all(&models).map_err(|e| StoreError::io(&models, e))?;
-        Ok(ModelStore {
+        let store = ModelStore {
             dir: dir.to_path_buf(),
             keep: keep.max(1),
+        };
+        store.issuable(store.last_version()?)?;
+        Ok(store)
+    }
+
+    /// Deletes the temporary files a write interrupted by a crash left behind
+    /// ([`crate::files::write_atomic`]'s `.<name>.tmp`); returns their paths. Only the holder of
+    /// the state directory's lock may call it: another writer's file in flight looks the same.
+    pub fn remove_orphans(&self) -> Result<Vec<PathBuf>, StoreError> {
+        let mut removed = Vec::new();
+        for dir in [self.dir.clone(), self.dir.join("models")] {
+            let entries = std::fs::read_dir(&dir).map_err(|e| StoreError::io(&dir, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| StoreError::io(&dir, e))?;
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with('.') && name.ends_with(".tmp") {
+                    let path = entry.path();
+                    std::fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
+                    removed.push(path);
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// The version after `last`, or an error when the counter is at its end.
+    fn issuable(&self, last: u64) -> Result<u64, StoreError> {
+        last.checked_add(1).ok_or_else(|| StoreError::Corrupt {
+            path: self.counter_path().display().to_string(),
+            message: format!(
+                "the model version counter is at its maximum {last}: no new version can be \
+                 issued; move the state directory aside to start from 1"
+            ),
         })
     }
 
@@ -158,7 +195,8 @@ impl ModelStore {
         self.dir.join("version")
     }
 
-    fn model_path(&self, version: u64) -> PathBuf {
+    /// Where the model of `version` is (or would be) stored.
+    pub fn model_path(&self, version: u64) -> PathBuf {
         self.dir
             .join("models")
             .join(format!("model-{version:020}.nmd"))
@@ -184,7 +222,7 @@ impl ModelStore {
 
     /// Issues the next version and persists it before returning.
     pub fn next_version(&self) -> Result<u64, StoreError> {
-        let next = self.last_version()? + 1;
+        let next = self.issuable(self.last_version()?)?;
         let path = self.counter_path();
         write_atomic(&path, format!("{next}\n").as_bytes())
             .map_err(|e| StoreError::io(&path, e))?;
@@ -253,35 +291,46 @@ impl ModelStore {
         })
     }
 
-    /// The stored models usable now, newest first, with the files skipped on the way (corrupt
-    /// ones, or ones trained under another configuration: a fingerprint not in
-    /// `config_fingerprints`, whose first is the current one). A directory I/O error is an
-    /// error; a bad file is not.
+    /// The stored models usable now, newest first, with the files skipped on the way and why:
+    /// corrupt ones, and ones `judge` refuses (trained under another configuration, say; see
+    /// [`trained_under`]). A directory I/O error is an error; a bad file is not.
     pub fn load_usable(
         &self,
-        config_fingerprints: &[u64],
+        judge: impl Fn(&StoredModel) -> Result<(), String>,
     ) -> Result<(Vec<StoredModel>, Vec<Skipped>), StoreError> {
-        let now = config_fingerprints.first().copied().unwrap_or_default();
         let mut usable = Vec::new();
         let mut skipped = Vec::new();
         for v in self.versions()?.into_iter().rev() {
-            match self.load(v) {
-                Ok(m) if config_fingerprints.contains(&m.meta.config_fingerprint) => usable.push(m),
-                Ok(m) => skipped.push(Skipped {
-                    path: self.model_path(v),
-                    reason: format!(
-                        "trained under another configuration (fingerprint {:016x}, now {:016x})",
-                        m.meta.config_fingerprint, now
-                    ),
-                }),
-                Err(e) => skipped.push(Skipped {
-                    path: self.model_path(v),
-                    reason: e.to_string(),
-                }),
-            }
+            let reason = match self.load(v) {
+                Ok(m) => match judge(&m) {
+                    Ok(()) => {
+                        usable.push(m);
+                        continue;
+                    }
+                    Err(reason) => reason,
+                },
+                Err(e) => e.to_string(),
+            };
+            skipped.push(Skipped {
+                path: self.model_path(v),
+                reason,
+            });
         }
         Ok((usable, skipped))
     }
+}
+
+/// Whether `stored` was trained under one of `config_fingerprints` (the first is the current
+/// one, named in the refusal).
+pub fn trained_under(stored: &StoredModel, config_fingerprints: &[u64]) -> Result<(), String> {
+    if config_fingerprints.contains(&stored.meta.config_fingerprint) {
+        return Ok(());
+    }
+    Err(format!(
+        "trained under another [model] configuration (fingerprint {:016x}, here {:016x})",
+        stored.meta.config_fingerprint,
+        config_fingerprints.first().copied().unwrap_or_default()
+    ))
 }
 
 #[cfg(test)]
@@ -340,7 +389,9 @@ mod tests {
         assert_eq!(store.versions().expect("list"), vec![3, 4]);
         let reopened = ModelStore::open(dir.path(), 2).expect("open");
         assert_eq!(reopened.next_version().expect("issue"), 6);
-        let (usable, skipped) = reopened.load_usable(&[7]).expect("load");
+        let (usable, skipped) = reopened
+            .load_usable(|m| trained_under(m, &[7]))
+            .expect("load");
         assert_eq!(
             usable.iter().map(|m| m.meta.version).collect::<Vec<_>>(),
             vec![4, 3]
@@ -364,7 +415,7 @@ mod tests {
         let last = bytes.len() - 1;
         bytes[last] ^= 0x40;
         std::fs::write(&newest, &bytes).expect("corrupt");
-        let (usable, skipped) = store.load_usable(&[7]).expect("load");
+        let (usable, skipped) = store.load_usable(|m| trained_under(m, &[7])).expect("load");
         assert_eq!(usable[0].meta.version, 2);
         assert_eq!(skipped.len(), 1);
         assert!(
@@ -380,10 +431,10 @@ mod tests {
         let store = ModelStore::open(dir.path(), 5).expect("open");
         store.save(&stored(1, 7)).expect("save");
         store.save(&stored(2, 8)).expect("save");
-        let (usable, skipped) = store.load_usable(&[7]).expect("load");
+        let (usable, skipped) = store.load_usable(|m| trained_under(m, &[7])).expect("load");
         assert_eq!(usable.len(), 1);
         assert_eq!(usable[0].meta.version, 1);
-        assert!(skipped[0].reason.contains("another configuration"));
+        assert!(skipped[0].reason.contains("another [model] configuration"));
     }
 
     #[test]
@@ -393,7 +444,7 @@ mod tests {
         store.save(&stored(1, 7)).expect("save");
         let trained = stored(2, 7).model.to_file_bytes().expect("encode");
         std::fs::write(store.model_path(2), trained).expect("write");
-        let (usable, skipped) = store.load_usable(&[7]).expect("load");
+        let (usable, skipped) = store.load_usable(|m| trained_under(m, &[7])).expect("load");
         assert_eq!(usable, vec![stored(1, 7)]);
         assert_eq!(skipped.len(), 1);
         assert!(
@@ -413,6 +464,50 @@ mod tests {
         assert_eq!(store.versions().expect("list"), vec![1]);
         // Its version is still never reissued.
         assert_eq!(store.next_version().expect("issue"), 3);
+    }
+
+    /// A garbled counter is refused when the store opens, not at the first retrain; so is a
+    /// counter that can issue no further version (it wrapped to 0).
+    #[test]
+    fn a_garbled_or_exhausted_counter_is_refused_on_open() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (text, says) in [
+            ("twelve", "not a version number"),
+            ("18446744073709551615\n", "at its maximum"),
+            ("18446744073709551616\n", "not a version number"),
+        ] {
+            std::fs::write(dir.path().join("version"), text).expect("write");
+            let e = ModelStore::open(dir.path(), 5).expect_err(text).to_string();
+            assert!(e.contains(says) && e.contains("version"), "{text}: {e}");
+        }
+        std::fs::write(dir.path().join("version"), "18446744073709551614\n").expect("write");
+        let store = ModelStore::open(dir.path(), 5).expect("one version left");
+        assert_eq!(store.next_version().expect("the last"), u64::MAX);
+        let e = store.next_version().expect_err("none left").to_string();
+        assert!(e.contains("at its maximum"), "{e}");
+    }
+
+    /// The temporary files of interrupted writes are removed; nothing else is.
+    #[test]
+    fn orphaned_temporary_files_are_removed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = ModelStore::open(dir.path(), 5).expect("open");
+        store.save(&stored(1, 7)).expect("save");
+        let orphans = [
+            dir.path().join(".version.tmp"),
+            dir.path()
+                .join("models")
+                .join(format!(".model-{:020}.nmd.tmp", 2)),
+        ];
+        for o in &orphans {
+            std::fs::write(o, b"half").expect("write");
+        }
+        std::fs::write(dir.path().join("notes.tmp"), b"mine").expect("write");
+        let mut removed = store.remove_orphans().expect("clean");
+        removed.sort();
+        assert_eq!(removed, orphans.to_vec());
+        assert!(dir.path().join("notes.tmp").exists());
+        assert_eq!(store.versions().expect("list"), vec![1]);
     }
 
     #[test]

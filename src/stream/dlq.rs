@@ -10,7 +10,7 @@
 //! Lines are buffered; [`DlqWriter::flush`] pushes them to the file (the engine calls it before
 //! committing source offsets, so a committed rejection is never lost).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -97,20 +97,19 @@ pub enum DlqError {
     },
 }
 
-/// Appends dead letters to a file (created if missing; earlier lines are kept across restarts).
+/// Appends dead letters to a file (created if missing; earlier lines are kept across restarts,
+/// a half-written last one is cut: [`crate::files::open_append_whole_lines`]).
 pub struct DlqWriter {
     path: PathBuf,
     out: BufWriter<File>,
     written: u64,
+    cut_bytes: u64,
 }
 
 impl DlqWriter {
     pub fn open(path: &Path) -> Result<DlqWriter, DlqError> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|source| DlqError::Open {
+        let (file, cut_bytes) =
+            crate::files::open_append_whole_lines(path).map_err(|source| DlqError::Open {
                 path: path.to_owned(),
                 source,
             })?;
@@ -118,7 +117,13 @@ impl DlqWriter {
             path: path.to_owned(),
             out: BufWriter::new(file),
             written: 0,
+            cut_bytes,
         })
+    }
+
+    /// The bytes of a half-written last line cut when the file was opened.
+    pub fn cut_bytes(&self) -> u64 {
+        self.cut_bytes
     }
 
     /// Buffers one dead letter; it reaches the file at the latest on [`DlqWriter::flush`].
