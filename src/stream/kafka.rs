@@ -29,9 +29,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
@@ -39,12 +40,14 @@ use rdkafka::util::Timeout;
 
 use super::record::{now_ms, Record, RecordError, RecordWriter};
 use super::Channel;
-use crate::config::KafkaConfig;
+use crate::config::{is_secret_property, KafkaConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
     #[error("kafka client: {0}")]
     Client(#[from] RdKafkaError),
+    #[error(transparent)]
+    Create(#[from] CreateError),
     #[error("topic {topic:?} (`{key}`): the broker refused to create it: {message}")]
     TopicRefused {
         topic: String,
@@ -209,11 +212,82 @@ pub fn admin_config(k: &KafkaConfig) -> ClientConfig {
     common_config(k)
 }
 
-/// Whether a librdkafka property holds a secret (its value is never logged).
-fn is_secret_property(key: &str) -> bool {
-    ["password", "secret", "token", ".pem", "oauthbearer.config"]
-        .iter()
-        .any(|s| key.contains(s))
+/// The context of the clients made here: librdkafka's log lines and errors go to tracing
+/// (rdkafka's default context hands them to the `log` crate, which nothing here reads), so a
+/// TLS handshake refused on the CA is in the log, not only the transport failure it causes.
+/// The name says which client in the log.
+pub struct Logged(pub &'static str);
+
+impl ClientContext for Logged {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_librdkafka(self.0, level, fac, message);
+    }
+
+    fn error(&self, error: RdKafkaError, reason: &str) {
+        tracing::warn!(client = self.0, %error, reason, "kafka client error");
+    }
+}
+
+impl ConsumerContext for Logged {}
+
+/// One librdkafka log line to tracing, at its level.
+pub fn log_librdkafka(client: &str, level: RDKafkaLogLevel, fac: &str, message: &str) {
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => tracing::error!(client, fac, "librdkafka: {message}"),
+        RDKafkaLogLevel::Warning => tracing::warn!(client, fac, "librdkafka: {message}"),
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+            tracing::info!(client, fac, "librdkafka: {message}")
+        }
+        RDKafkaLogLevel::Debug => tracing::debug!(client, fac, "librdkafka: {message}"),
+    }
+}
+
+/// A client could not be made from its settings; the message has the settings' secret values
+/// replaced by `<redacted>` ([`create_client`]).
+#[derive(Debug, thiserror::Error)]
+#[error("kafka client: {0}")]
+pub struct CreateError(String);
+
+/// A client made from `config` (built from `k`) with `context`. librdkafka's messages quote the
+/// value they refuse (`Client config error: … socket.timeout.ms hunter2`), so on failure every
+/// secret value of `k` is replaced by `<redacted>` in the error, wherever it appears.
+pub fn create_client<C, T>(
+    k: &KafkaConfig,
+    config: &ClientConfig,
+    context: C,
+) -> Result<T, CreateError>
+where
+    C: rdkafka::client::ClientContext,
+    T: rdkafka::config::FromClientConfigAndContext<C>,
+{
+    T::from_config_and_context(config, context).map_err(|e| CreateError::redacted(k, e))
+}
+
+impl CreateError {
+    fn redacted(k: &KafkaConfig, e: RdKafkaError) -> CreateError {
+        let mut message = e.to_string();
+        let secrets = k
+            .librdkafka
+            .secret_values()
+            .chain(k.sasl_password.as_ref().map(|p| p.expose()));
+        for secret in secrets.filter(|s| !s.is_empty()) {
+            message = message.replace(secret, "<redacted>");
+        }
+        CreateError(message)
+    }
+}
+
+/// Checks `config` as librdkafka will when a client is made (every property known, every value
+/// valid for this build: `security.protocol = "ssl"` needs TLS support built in), without
+/// making a client, so `config check` fails where `run` would.
+pub fn check_client_config(k: &KafkaConfig, config: &ClientConfig) -> Result<(), CreateError> {
+    config
+        .create_native_config()
+        .map(drop)
+        .map_err(|e| CreateError::redacted(k, e))
 }
 
 /// A client config for logs: every property, secrets shown as `<redacted>`.
@@ -253,7 +327,7 @@ impl fmt::Display for Redacted<'_> {
 /// a negative topic) and returns the names it created. A topic created concurrently by someone
 /// else counts as present.
 pub async fn ensure_topics(
-    admin: &AdminClient<DefaultClientContext>,
+    admin: &AdminClient<Logged>,
     k: &KafkaConfig,
 ) -> Result<Vec<String>, KafkaError> {
     let metadata = admin.inner().fetch_metadata(None, ADMIN_TIMEOUT)?;
@@ -316,8 +390,8 @@ pub async fn ensure_topics(
 }
 
 /// A new admin client for `k`.
-pub fn admin_client(k: &KafkaConfig) -> Result<AdminClient<DefaultClientContext>, KafkaError> {
-    Ok(admin_config(k).create()?)
+pub fn admin_client(k: &KafkaConfig) -> Result<AdminClient<Logged>, KafkaError> {
+    Ok(create_client(k, &admin_config(k), Logged("admin"))?)
 }
 
 /// When [`record`] stops (besides its `stop` future).
@@ -361,7 +435,11 @@ pub async fn record<W: Write>(
 ) -> Result<RecordSummary, KafkaError> {
     ensure_topics(&admin_client(k)?, k).await?;
     let channels: HashMap<String, Channel> = input_topics(k).into_iter().collect();
-    let consumer: StreamConsumer = consumer_config(k, ConsumerRole::Record).create()?;
+    let consumer: StreamConsumer<Logged> = create_client(
+        k,
+        &consumer_config(k, ConsumerRole::Record),
+        Logged("record"),
+    )?;
     let names: Vec<&str> = channels.keys().map(String::as_str).collect();
     consumer.subscribe(&names)?;
     let mut summary = RecordSummary::default();
@@ -476,7 +554,8 @@ pub async fn publish(
     records: impl IntoIterator<Item = Result<Record, RecordError>>,
 ) -> Result<u64, KafkaError> {
     ensure_topics(&admin_client(k)?, k).await?;
-    let producer: FutureProducer = producer_config(k).create()?;
+    let producer: FutureProducer<Logged> =
+        create_client(k, &producer_config(k), Logged("publish"))?;
     let topic_of = |c: Channel| match c {
         Channel::Positive => Some(k.topics.positive.as_str()),
         Channel::Unlabeled => Some(k.topics.unlabeled.as_str()),
@@ -631,6 +710,34 @@ mod tests {
             Some("<redacted>")
         );
         assert_eq!(map.get("sasl.username").map(String::as_str), Some("neyman"));
+    }
+
+    /// librdkafka quotes the value it refuses; a secret's value never reaches the error, even
+    /// when it was pasted under a key that is not secret.
+    #[test]
+    fn a_refused_client_config_never_shows_a_secret() {
+        let mut k = KafkaConfig::new("127.0.0.1:1");
+        k.sasl_password = Some(Secret::new("hunter2"));
+        k.librdkafka
+            .insert("ssl.key.password".into(), "swordfish".into());
+        k.librdkafka
+            .insert("socket.timeout.ms".into(), "swordfish".into());
+        let c = consumer_config(&k, ConsumerRole::Daemon);
+        let made: Result<StreamConsumer<Logged>, _> = create_client(&k, &c, Logged("test"));
+        let Err(e) = made else {
+            panic!("an integer property set to text is refused");
+        };
+        let checked = check_client_config(&k, &c)
+            .expect_err("refused")
+            .to_string();
+        for shown in [e.to_string(), format!("{e:?}"), checked] {
+            assert!(shown.contains("socket.timeout.ms"), "{shown}");
+            assert!(
+                !shown.contains("swordfish") && !shown.contains("hunter2"),
+                "{shown}"
+            );
+            assert!(shown.contains("<redacted>"), "{shown}");
+        }
     }
 
     #[test]

@@ -28,6 +28,13 @@ impl Broker {
     /// Spawns `$TANSU_BIN` and waits (up to 10 s) until its port accepts connections.
     /// Panics with a message naming `scripts/test.sh` when `TANSU_BIN` is unset.
     pub fn start() -> Broker {
+        Broker::start_advertising(None)
+    }
+
+    /// [`Broker::start`], telling clients (in metadata) that the broker is at
+    /// `127.0.0.1:advertised` instead of its own port: for a proxy in front of it, such as
+    /// [`crate::common::tls::Terminator`].
+    pub fn start_advertising(advertised: Option<u16>) -> Broker {
         let bin = std::env::var_os("TANSU_BIN").unwrap_or_else(|| {
             panic!(
                 "TANSU_BIN is not set: the Kafka tests need the tansu broker binary. \
@@ -37,6 +44,7 @@ impl Broker {
         });
         let port = free_port();
         let url = format!("tcp://127.0.0.1:{port}");
+        let advertised = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
         let started = Instant::now();
         let child = Command::new(&bin)
             .args([
@@ -44,7 +52,7 @@ impl Broker {
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
-                &url,
+                &advertised,
                 "--storage-engine",
                 "memory://tansu/",
             ])

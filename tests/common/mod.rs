@@ -7,6 +7,7 @@ pub mod daemon;
 pub mod http;
 pub mod qp;
 pub mod streams;
+pub mod tls;
 
 // Not every test crate uses the QP helpers (tests/kafka.rs only needs the broker).
 #[allow(unused_imports)]

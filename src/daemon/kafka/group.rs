@@ -13,8 +13,9 @@ use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::{lock, log_librdkafka, KafkaRunError, Loop, LOOKUP_TIMEOUT};
+use super::{lock, KafkaRunError, Loop, LOOKUP_TIMEOUT};
 use crate::engine::machine::Engine;
+use crate::stream::kafka::log_librdkafka;
 use crate::stream::Channel;
 use crate::telemetry::Metrics;
 

@@ -48,7 +48,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::message::Message;
@@ -59,8 +59,8 @@ use super::Summary;
 use crate::config::{KafkaConfig, Role};
 use crate::engine::machine::{Engine, EngineError};
 use crate::stream::kafka::{
-    consumer_config, headers_of, input_topics, model_producer_config, model_reader_config,
-    producer_config, read_without_headers, ConsumerRole,
+    consumer_config, create_client, headers_of, input_topics, model_producer_config,
+    model_reader_config, producer_config, read_without_headers, ConsumerRole, CreateError, Logged,
 };
 use crate::stream::offsets::{InputPartition, OffsetBook};
 use crate::stream::record::Record;
@@ -83,6 +83,8 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum KafkaRunError {
     #[error("kafka client: {0}")]
     Client(#[from] RdKafkaError),
+    #[error(transparent)]
+    Create(#[from] CreateError),
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error("cannot start the {0} thread: {1}")]
@@ -131,20 +133,6 @@ impl Topics {
     }
 }
 
-fn log_librdkafka(client: &str, level: RDKafkaLogLevel, fac: &str, message: &str) {
-    match level {
-        RDKafkaLogLevel::Emerg
-        | RDKafkaLogLevel::Alert
-        | RDKafkaLogLevel::Critical
-        | RDKafkaLogLevel::Error => tracing::error!(client, fac, "librdkafka: {message}"),
-        RDKafkaLogLevel::Warning => tracing::warn!(client, fac, "librdkafka: {message}"),
-        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-            tracing::info!(client, fac, "librdkafka: {message}")
-        }
-        RDKafkaLogLevel::Debug => tracing::debug!(client, fac, "librdkafka: {message}"),
-    }
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves plain data behind; keep going with it.
     mutex
@@ -187,14 +175,19 @@ pub fn connect(
     let models = match k.role {
         Role::Both => ModelLink::None,
         Role::Trainer => ModelLink::Publish {
-            producer: model_producer_config(k).create_with_context(ModelContext {
-                metrics: metrics.clone(),
-            })?,
+            producer: create_client(
+                k,
+                &model_producer_config(k),
+                ModelContext {
+                    metrics: metrics.clone(),
+                },
+            )?,
             topic: k.topics.models.clone(),
             max_bytes: k.model_max_bytes,
         },
         Role::Scorer => {
-            let consumer: BaseConsumer = model_reader_config(k).create()?;
+            let consumer: BaseConsumer<Logged> =
+                create_client(k, &model_reader_config(k), Logged("models"))?;
             let metadata = consumer.fetch_metadata(Some(&k.topics.models), LOOKUP_TIMEOUT)?;
             let mut tpl = TopicPartitionList::new();
             for t in metadata.topics() {
@@ -213,12 +206,12 @@ pub fn connect(
     };
     let (reports, deliveries) = mpsc::channel();
     let producer: BaseProducer<DeliveryContext> =
-        producer_config(k).create_with_context(DeliveryContext { reports })?;
+        create_client(k, &producer_config(k), DeliveryContext { reports })?;
     let mut done_config: ClientConfig = consumer_config(k, ConsumerRole::Daemon);
     done_config.set("group.id", format!("{group}.done"));
     done_config.remove("group.instance.id");
     done_config.set("statistics.interval.ms", "0");
-    let done: BaseConsumer<DoneContext> = done_config.create_with_context(DoneContext)?;
+    let done: BaseConsumer<DoneContext> = create_client(k, &done_config, DoneContext)?;
     let context = GroupContext {
         metrics: metrics.clone(),
         group: group.clone(),
@@ -228,7 +221,7 @@ pub fn connect(
     };
     let mut config: ClientConfig = consumer_config(k, ConsumerRole::Daemon);
     config.set("group.id", &group);
-    let consumer: BaseConsumer<GroupContext> = config.create_with_context(context)?;
+    let consumer: BaseConsumer<GroupContext> = create_client(k, &config, context)?;
     let names: Vec<&str> = topics.inputs.iter().map(|(t, _)| t.as_str()).collect();
     consumer.subscribe(&names)?;
     let produce = ProduceThread::start(Producing::new(producer, topics.clone()))

@@ -9,9 +9,10 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 
-use super::{log_librdkafka, Loop};
+use super::Loop;
 use crate::engine::machine::Engine;
 use crate::engine::store::StoredModel;
+use crate::stream::kafka::{log_librdkafka, Logged};
 use crate::telemetry::Metrics;
 
 /// The trainer's producer of the models topic: delivery results are logged and counted.
@@ -56,7 +57,7 @@ pub(super) enum ModelLink {
         max_bytes: usize,
     },
     Read {
-        consumer: BaseConsumer,
+        consumer: BaseConsumer<Logged>,
         max_bytes: u64,
     },
 }

@@ -12,10 +12,11 @@ use rdkafka::error::{KafkaError as RdKafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 
-use super::{lock, log_librdkafka, KafkaRunError, Topics};
+use super::{lock, KafkaRunError, Topics};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::scoring::ScoreOutput;
 use crate::stream::dlq::DlqRecord;
+use crate::stream::kafka::log_librdkafka;
 use crate::stream::offsets::{InputPartition, OffsetBook};
 
 /// Largest dead letter produced (librdkafka's default `message.max.bytes` is 1 000 000, and
