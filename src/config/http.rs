@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::values::Secret;
+use super::values::{HumanDuration, Secret};
 use super::ConfigError;
 
 /// The HTTP API and `/metrics`.
@@ -27,6 +27,24 @@ pub struct HttpConfig {
     /// Most events in one `POST /v1/score` batch.
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,
+    /// Most open connections. At the cap a new connection is still taken: the oldest one with
+    /// no request in progress is closed for it, so idle or half-open connections cannot lock
+    /// `/healthz` out. Lowered at start (with a warning) to leave 512 file descriptors of the
+    /// process limit for the state directory, Kafka and logs.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// A connection that has not sent a whole request head this long after it opened (or
+    /// after its last response) is closed.
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout: HumanDuration,
+    /// Longest a request may take, body upload included; then 408 and the body read so far
+    /// is freed.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout: HumanDuration,
+    /// Most `/v1/*` requests in progress at once; more wait. Bounds the memory of uploads
+    /// (`max_body_bytes` each). Health, readiness and `/metrics` are not counted.
+    #[serde(default = "default_max_concurrent_requests")]
+    pub max_concurrent_requests: usize,
 }
 
 fn default_listen() -> String {
@@ -38,6 +56,18 @@ fn default_max_body_bytes() -> usize {
 fn default_max_batch() -> usize {
     1024
 }
+fn default_max_connections() -> usize {
+    1024
+}
+fn default_header_timeout() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(5))
+}
+fn default_request_timeout() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(30))
+}
+fn default_max_concurrent_requests() -> usize {
+    64
+}
 
 impl Default for HttpConfig {
     fn default() -> Self {
@@ -47,6 +77,10 @@ impl Default for HttpConfig {
             admin_token_env: None,
             max_body_bytes: default_max_body_bytes(),
             max_batch: default_max_batch(),
+            max_connections: default_max_connections(),
+            header_timeout: default_header_timeout(),
+            request_timeout: default_request_timeout(),
+            max_concurrent_requests: default_max_concurrent_requests(),
         }
     }
 }

@@ -497,6 +497,20 @@ impl Config {
         if self.http.max_batch == 0 || self.http.max_body_bytes == 0 {
             return bad("http.max_batch", "limits must be ≥ 1".into());
         }
+        if self.http.max_connections == 0 {
+            return bad("http.max_connections", "must be ≥ 1".into());
+        }
+        if self.http.max_concurrent_requests == 0 {
+            return bad("http.max_concurrent_requests", "must be ≥ 1".into());
+        }
+        for (key, d) in [
+            ("http.header_timeout", self.http.header_timeout),
+            ("http.request_timeout", self.http.request_timeout),
+        ] {
+            if d.0.is_zero() {
+                return bad(key, "must be > 0".into());
+            }
+        }
         Ok(())
     }
 }

@@ -18,11 +18,17 @@
 //!
 //! The daemon starts it with [`bind`] and [`serve`] on an [`AppState`]; tests drive
 //! [`router`] directly. Handlers by route: `score` (scoring), `model` (model metadata and the
-//! remembered models), `admin` (rollback); health, readiness and `/metrics` are here.
+//! remembered models), `admin` (rollback); health, readiness and `/metrics` are here; `listen`
+//! accepts connections within [`ConnectionLimits`] (a cap that evicts idle connections, a
+//! header-read timeout, graceful shutdown). Every request has `request_timeout` (408), and the
+//! `/v1/*` routes share `max_concurrent_requests`.
 
 mod admin;
+mod listen;
 mod model;
 mod score;
+
+pub use listen::ConnectionLimits;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -36,6 +42,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
 
 use crate::config::{HttpConfig, Secret};
 use crate::engine::registry::Registry;
@@ -60,7 +68,7 @@ pub enum ServeError {
     },
 }
 
-/// Request size limits of the API.
+/// Request size and connection limits of the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpLimits {
     /// Largest request body, bytes (413 beyond it, checked before the body is buffered).
@@ -70,6 +78,8 @@ pub struct HttpLimits {
     /// Per-event limits, the same the stream intake applies, so an event the API accepts is
     /// one the stream would accept too.
     pub event: EventLimits,
+    /// Connections, timeouts and requests in progress.
+    pub connections: ConnectionLimits,
 }
 
 impl HttpLimits {
@@ -79,6 +89,7 @@ impl HttpLimits {
             max_body_bytes: http.max_body_bytes,
             max_batch: http.max_batch,
             event,
+            connections: ConnectionLimits::of(http),
         }
     }
 }
@@ -105,11 +116,17 @@ type Shared = Arc<AppState>;
 /// The API's routes on `state`.
 pub fn router(state: AppState) -> Router {
     let state: Shared = Arc::new(state);
-    Router::new()
+    let limits = state.limits.connections;
+    let api = Router::new()
         .route("/v1/score", post(score::score))
         .route("/v1/model", get(model::active))
         .route("/v1/models", get(model::list))
         .route("/v1/model/rollback", post(admin::rollback))
+        .route_layer(GlobalConcurrencyLimitLayer::new(
+            limits.max_concurrent_requests,
+        ));
+    Router::new()
+        .merge(api)
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -120,6 +137,10 @@ pub fn router(state: AppState) -> Router {
             count_requests,
         ))
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            limits.request_timeout,
+        ))
         .with_state(state)
 }
 
@@ -143,9 +164,13 @@ pub async fn serve(
     let addr = listener
         .local_addr()
         .map_or_else(|_| "?".to_owned(), |a: SocketAddr| a.to_string());
-    tracing::info!(%addr, "HTTP API listening");
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
+    let limits = state.limits.connections.within_descriptor_limit();
+    tracing::info!(
+        %addr,
+        max_connections = limits.max_connections,
+        "HTTP API listening"
+    );
+    listen::accept(listener, router(state), limits, shutdown)
         .await
         .map_err(|source| ServeError::Serve { addr, source })
 }
