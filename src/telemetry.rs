@@ -68,7 +68,7 @@ pub const RECALIBRATION_RESULTS: [&str; 3] = ["recalibrated", "flags_nothing", "
 pub const DRIFT_SIGNALS: [&str; 3] = ["scores", "features", "feedback"];
 
 /// Every metric family name, for the promtool test and the dashboard check.
-pub const FAMILIES: [&str; 46] = [
+pub const FAMILIES: [&str; 47] = [
     "neyman_events_total",
     "neyman_dlq_events_total",
     "neyman_window_events",
@@ -108,6 +108,7 @@ pub const FAMILIES: [&str; 46] = [
     "neyman_unscored_events_total",
     "neyman_model_rollbacks_total",
     "neyman_kafka_consumer_lag_messages",
+    "neyman_kafka_uncommitted_messages",
     "neyman_kafka_rebalances_total",
     "neyman_kafka_commits_total",
     "neyman_kafka_commit_failures_total",
@@ -202,9 +203,14 @@ pub struct Metrics {
     pub unscored_events: IntCounterVec,
     /// Rollbacks through the admin API.
     pub rollbacks: IntCounter,
-    /// Consumer lag per assigned input partition (librdkafka statistics: high watermark minus
-    /// the committed offset). Absent with a replay source.
+    /// Consumer lag per assigned input partition: the backlog not yet read (librdkafka
+    /// statistics: high watermark minus the position handed to neyman). Reads 0 when neyman
+    /// keeps up. Absent with a replay source.
     pub kafka_consumer_lag: IntGaugeVec,
+    /// Messages read but not yet committed per assigned input partition (the position handed
+    /// to neyman minus the committed offset): events the windows still hold, or whose outputs
+    /// are not acknowledged yet. Large by design (the windows' span), not a backlog.
+    pub kafka_uncommitted: IntGaugeVec,
     /// Consumer-group rebalance callbacks by kind (assign, revoke, error).
     pub kafka_rebalances: IntCounterVec,
     /// Offset commits that succeeded.
@@ -568,7 +574,17 @@ impl Metrics {
                 IntGaugeVec::new(
                     Opts::new(
                         "neyman_kafka_consumer_lag_messages",
-                        "Consumer lag per assigned input partition (high watermark minus committed offset).",
+                        "Backlog per assigned input partition: high watermark minus the position read.",
+                    ),
+                    &["group", "topic", "partition"],
+                )?,
+            )?,
+            kafka_uncommitted: register(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "neyman_kafka_uncommitted_messages",
+                        "Messages read but not yet committed per assigned input partition (held by the windows or awaiting output acknowledgement).",
                     ),
                     &["group", "topic", "partition"],
                 )?,
@@ -700,6 +716,9 @@ mod tests {
         m.kafka_consumer_lag
             .with_label_values(&["neyman", "neyman.unlabeled", "0"])
             .set(5);
+        m.kafka_uncommitted
+            .with_label_values(&["neyman", "neyman.unlabeled", "0"])
+            .set(700);
         m.kafka_produce_errors
             .with_label_values(&["neyman.scores"])
             .inc();

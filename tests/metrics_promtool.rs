@@ -25,6 +25,9 @@ fn the_exposition_passes_promtool_check_metrics() {
     m.kafka_consumer_lag
         .with_label_values(&["neyman", "neyman.unlabeled", "0"])
         .set(12);
+    m.kafka_uncommitted
+        .with_label_values(&["neyman", "neyman.unlabeled", "0"])
+        .set(700);
     m.kafka_produce_errors
         .with_label_values(&["neyman.scores"])
         .inc();

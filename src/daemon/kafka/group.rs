@@ -144,12 +144,16 @@ impl ClientContext for GroupContext {
     }
 
     fn stats(&self, statistics: Statistics) {
-        let lags = statistics.topics.iter().flat_map(|(topic, t)| {
-            t.partitions
-                .iter()
-                .map(move |(partition, p)| (topic.as_str(), *partition, p.consumer_lag))
+        let offsets = statistics.topics.iter().flat_map(|(topic, t)| {
+            t.partitions.iter().map(move |(partition, p)| Offsets {
+                topic: topic.as_str(),
+                partition: *partition,
+                high_watermark: p.hi_offset,
+                read: p.app_offset,
+                committed: p.committed_offset,
+            })
         });
-        publish_lags(&self.metrics, &self.group, lags);
+        publish_lags(&self.metrics, &self.group, offsets);
     }
 
     fn error(&self, error: RdKafkaError, reason: &str) {
@@ -157,19 +161,47 @@ impl ClientContext for GroupContext {
     }
 }
 
-/// Sets the lag gauge of `group` from librdkafka's per-partition statistics.
-fn publish_lags<'a>(
-    metrics: &Metrics,
-    group: &str,
-    lags: impl Iterator<Item = (&'a str, i32, i64)>,
-) {
-    for (topic, partition, lag) in lags {
-        // Partition -1 is librdkafka's internal "unassigned" entry; -1 lag is unknown.
-        if partition >= 0 && lag >= 0 {
-            metrics
-                .kafka_consumer_lag
-                .with_label_values(&[group, topic, &partition.to_string()])
-                .set(lag);
+/// One partition's offsets from librdkafka's statistics (-1: not known).
+struct Offsets<'a> {
+    topic: &'a str,
+    partition: i32,
+    high_watermark: i64,
+    /// The offset after the last message handed to neyman.
+    read: i64,
+    committed: i64,
+}
+
+impl Offsets<'_> {
+    /// The backlog (high watermark minus the position read: 0 when neyman keeps up) and the
+    /// messages read but not committed; `None` where an offset is unknown. Before the first
+    /// message the position is the committed offset.
+    fn lags(&self) -> (Option<i64>, Option<i64>) {
+        let position = if self.read >= 0 {
+            Some(self.read)
+        } else {
+            (self.committed >= 0).then_some(self.committed)
+        };
+        let backlog = position
+            .filter(|_| self.high_watermark >= 0)
+            .map(|p| (self.high_watermark - p).max(0));
+        let uncommitted =
+            (self.read >= 0 && self.committed >= 0).then(|| (self.read - self.committed).max(0));
+        (backlog, uncommitted)
+    }
+}
+
+/// Sets the backlog and uncommitted gauges of `group` from librdkafka's per-partition
+/// statistics. Partition -1 is librdkafka's internal "unassigned" entry; an unknown value
+/// leaves its gauge as it was.
+fn publish_lags<'a>(metrics: &Metrics, group: &str, offsets: impl Iterator<Item = Offsets<'a>>) {
+    for o in offsets.filter(|o| o.partition >= 0) {
+        let labels = [group, o.topic, &o.partition.to_string()];
+        let (backlog, uncommitted) = o.lags();
+        if let Some(b) = backlog {
+            metrics.kafka_consumer_lag.with_label_values(&labels).set(b);
+        }
+        if let Some(u) = uncommitted {
+            metrics.kafka_uncommitted.with_label_values(&labels).set(u);
         }
     }
 }
@@ -186,11 +218,9 @@ impl ConsumerContext for GroupContext {
             let points = lock(&self.commit_points).clone();
             // A revoked partition's lag is another member's to report now.
             for (topic, partition) in &revoked {
-                let _ = self.metrics.kafka_consumer_lag.remove_label_values(&[
-                    &self.group,
-                    topic,
-                    &partition.to_string(),
-                ]);
+                let labels = [self.group.as_str(), topic, &partition.to_string()];
+                let _ = self.metrics.kafka_consumer_lag.remove_label_values(&labels);
+                let _ = self.metrics.kafka_uncommitted.remove_label_values(&labels);
             }
             let revoked_points: CommitPoints = points
                 .into_iter()
@@ -361,36 +391,62 @@ impl Loop {
 mod tests {
     use super::*;
 
+    /// Issue 21 item 11: the lag is the backlog (high watermark minus the position read), 0
+    /// when neyman keeps up however many read messages the windows hold uncommitted; those
+    /// are their own gauge. Unknown offsets and librdkafka's partition -1 publish nothing.
     #[test]
-    fn lag_is_published_per_group_and_unknown_entries_are_skipped() {
+    fn lag_is_the_backlog_and_uncommitted_messages_are_their_own_gauge() {
         let registry = prometheus::Registry::new();
         let metrics = Metrics::new(&registry).expect("metrics");
-        let lags = [
-            ("neyman.unlabeled", 0, 12),
-            ("neyman.unlabeled", -1, 99),
-            ("neyman.unlabeled", 1, -1),
-            ("neyman.positive", 2, 0),
-        ];
-        publish_lags(&metrics, "neyman.trainer", lags.into_iter());
-        let gauge = |t: &str, p: &str| {
-            metrics
-                .kafka_consumer_lag
-                .get_metric_with_label_values(&["neyman.trainer", t, p])
-                .map(|g| g.get())
-                .ok()
+        let offsets = |partition, high_watermark, read, committed| Offsets {
+            topic: "neyman.unlabeled",
+            partition,
+            high_watermark,
+            read,
+            committed,
         };
-        assert_eq!(gauge("neyman.unlabeled", "0"), Some(12));
-        assert_eq!(gauge("neyman.positive", "2"), Some(0));
+        publish_lags(
+            &metrics,
+            "neyman.trainer",
+            [
+                // Caught up, 4 800 read and held by the windows.
+                offsets(0, 10_000, 10_000, 5_200),
+                // 300 behind; nothing committed yet.
+                offsets(1, 900, 600, -1),
+                // Nothing read yet: the position is the committed offset.
+                offsets(2, 50, -1, 20),
+                offsets(-1, 99, 0, 0),
+                offsets(3, -1, -1, -1),
+            ]
+            .into_iter(),
+        );
         let text = prometheus::TextEncoder::new()
             .encode_to_string(&registry.gather())
             .expect("encode");
-        let series: Vec<&str> = text
+        let series = |family: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{family}{{")))
+                .map(|l| {
+                    let partition = l
+                        .split("partition=\"")
+                        .nth(1)
+                        .and_then(|r| r.split('"').next());
+                    let value = l.rsplit(' ').next();
+                    format!("{}={}", partition.unwrap_or("?"), value.unwrap_or("?"))
+                })
+                .collect()
+        };
+        assert_eq!(
+            series("neyman_kafka_consumer_lag_messages"),
+            vec!["0=0", "1=300", "2=30"]
+        );
+        assert_eq!(series("neyman_kafka_uncommitted_messages"), vec!["0=4800"]);
+        assert!(text
             .lines()
-            .filter(|l| l.starts_with("neyman_kafka_consumer_lag_messages{"))
-            .collect();
-        assert_eq!(series.len(), 2, "{series:?}");
-        assert!(series
-            .iter()
+            .filter(|l| {
+                l.starts_with("neyman_kafka_consumer_lag_messages{")
+                    || l.starts_with("neyman_kafka_uncommitted_messages{")
+            })
             .all(|l| l.contains("group=\"neyman.trainer\"")));
     }
 }
