@@ -885,3 +885,51 @@ fn broken_state_and_output_files_are_named_cleaned_or_cut() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("/dev/full"), "{stderr}");
 }
+
+/// Issue 21 item 3: a line of a recorded stream that is not a record (malformed JSON, bytes
+/// that are not UTF-8) is dead-lettered as `invalid_record` with its file and line, and the
+/// replay goes on: every unlabeled event after it is answered too.
+#[test]
+fn a_bad_line_is_a_dead_letter_and_the_replay_goes_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let records = bundled(300);
+    let mut text = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        match i {
+            10 => text.extend_from_slice(b"{\"channel\": \"unlabeled\", \"ts\": \n"),
+            20 => text.extend_from_slice(b"\xff\xfe not UTF-8\n"),
+            _ => {}
+        }
+        text.extend_from_slice(r.to_json_line().as_bytes());
+        text.push(b'\n');
+    }
+    let stream = dir.path().join("with-bad-lines.jsonl");
+    std::fs::write(&stream, text).expect("write");
+    let (code, stderr) = replay(dir.path(), &stream, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let dead = lines(&dir.path().join("dlq.jsonl"));
+    let located: Vec<(&str, u64)> = dead
+        .iter()
+        .map(|d| {
+            assert!(
+                d["source"]
+                    .as_str()
+                    .is_some_and(|s| s.ends_with("with-bad-lines.jsonl")),
+                "{d}"
+            );
+            (
+                d["reason"].as_str().unwrap_or(""),
+                d["line"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        located,
+        vec![("invalid_record", 11), ("invalid_record", 22)]
+    );
+    let unlabeled = records
+        .iter()
+        .filter(|r| r.channel == Channel::Unlabeled)
+        .count();
+    assert_eq!(lines(&dir.path().join("scores.jsonl")).len(), unlabeled);
+}

@@ -13,7 +13,7 @@ use crate::engine::machine::Engine;
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::prequential::Prequential;
 use crate::engine::scoring::ScoreOutput;
-use crate::stream::dlq::{DlqRecord, DlqWriter};
+use crate::stream::dlq::{DlqRecord, DlqWriter, UnreadableLine};
 use crate::stream::record::{Record, RecordError, RecordReader};
 use crate::stream::{Channel, Event};
 
@@ -49,6 +49,10 @@ impl Outputs for FileOutputs {
 
     fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError> {
         Ok(self.dlq.write(letter)?)
+    }
+
+    fn unreadable_line(&mut self, letter: &UnreadableLine) -> Result<(), OutputError> {
+        Ok(self.dlq.write_unreadable(letter)?)
     }
 
     fn flush(&mut self) -> Result<(), OutputError> {
@@ -121,6 +125,10 @@ impl<O: Outputs> Outputs for Tracked<O> {
 
     fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError> {
         self.inner.dead_letter(letter)
+    }
+
+    fn unreadable_line(&mut self, letter: &UnreadableLine) -> Result<(), OutputError> {
+        self.inner.unreadable_line(letter)
     }
 
     fn flush(&mut self) -> Result<(), OutputError> {
@@ -214,9 +222,11 @@ fn read_ahead(
 }
 
 /// Feeds every record to the engine until the end of input or `stop`; then emits what still
-/// waits for a model as unscored (`shutdown`) and flushes the sinks. A line the reader cannot
-/// read (a truncated `.gz`, a malformed line) ends the input there: everything read before it
-/// is answered all the same, then the error is returned. With a `tracker`, each
+/// waits for a model as unscored (`shutdown`) and flushes the sinks. A line that is not a
+/// record (malformed, not UTF-8) is dead-lettered as `invalid_record` with its file and line,
+/// and the replay goes on. A file that cannot be read on (a truncated `.gz`) ends the input
+/// there: everything read before it is answered all the same, then the error is returned.
+/// With a `tracker`, each
 /// labelled record is shown to it before the engine sees it. Waits for a first model
 /// are bounded by event time only (`scoring.max_wait`), even when paced, so a replay's
 /// outputs never depend on the machine's speed. With a `speed`, sleeps between
@@ -239,6 +249,26 @@ pub fn run(
         }
         let record = match record {
             Ok(record) => record,
+            // A line that is not a record is a dead letter; the next line may be fine.
+            Err(RecordError::Malformed {
+                path,
+                line,
+                message,
+            }) => {
+                let letter = UnreadableLine::new(path, line, message);
+                engine
+                    .dead_letter_line(&letter)
+                    .map_err(DaemonError::runtime)?;
+                continue;
+            }
+            Err(RecordError::NotUtf8 { path, line }) => {
+                let letter = UnreadableLine::new(path, line, "not valid UTF-8".into());
+                engine
+                    .dead_letter_line(&letter)
+                    .map_err(DaemonError::runtime)?;
+                continue;
+            }
+            // The file itself cannot be read on (a truncated `.gz`): the input ends here.
             Err(e) => {
                 unreadable = Some(e);
                 break;

@@ -61,7 +61,7 @@ use crate::learn::rank_tau::RankChoice;
 use crate::learn::spec::{fit_of, model_of, Algorithm, Fit, LearnerSpec};
 use crate::learn::threshold::{binomial_upper_tail, umbrella, ThresholdMethod, ThresholdResult};
 use crate::learn::Scorer;
-use crate::stream::dlq::DlqRecord;
+use crate::stream::dlq::{DlqRecord, UnreadableLine};
 use crate::stream::event::{
     features_to_rows, parse_event, Event, EventLimits, Features, RejectReason, Rejection,
 };
@@ -1814,6 +1814,22 @@ impl Engine {
         installed.publish(&self.metrics);
         self.set_stale(false);
         Ok(version)
+    }
+
+    /// A line of a recorded stream that is not a record: counted with the dead letters
+    /// (`invalid_record`), logged, and written to the dead-letter sink.
+    pub fn dead_letter_line(&mut self, letter: &UnreadableLine) -> Result<(), EngineError> {
+        tracing::warn!(
+            file = %letter.source.display(),
+            line = letter.line,
+            detail = %letter.detail,
+            "recorded-stream line dead-lettered: not a record"
+        );
+        self.metrics
+            .dlq
+            .with_label_values(&[letter.reason.as_str()])
+            .inc();
+        Ok(self.outputs.unreadable_line(letter)?)
     }
 
     /// Scores the events buffered before the first model, in arrival order.

@@ -5,7 +5,7 @@
 //! acknowledged.
 
 use crate::engine::scoring::ScoreOutput;
-use crate::stream::dlq::{DlqError, DlqRecord};
+use crate::stream::dlq::{DlqError, DlqRecord, UnreadableLine};
 use crate::stream::Channel;
 
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +20,8 @@ pub enum OutputError {
     Dlq(#[from] DlqError),
     #[error("kafka sink: {0}")]
     Kafka(String),
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// The Kafka position of the input message an output answers.
@@ -37,6 +39,15 @@ pub trait Outputs: Send {
     fn score(&mut self, output: ScoreOutput, origin: Option<Origin>) -> Result<(), OutputError>;
     /// One rejected message; its position is in `letter.record`.
     fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError>;
+    /// A line of a recorded stream that is not a record. Only a replay reads lines, so only
+    /// its sink takes them; the others refuse.
+    fn unreadable_line(&mut self, letter: &UnreadableLine) -> Result<(), OutputError> {
+        Err(OutputError::Unsupported(format!(
+            "{}:{}: this sink takes no recorded-stream lines",
+            letter.source.display(),
+            letter.line
+        )))
+    }
     /// Pushes buffered outputs out (files: to the OS; Kafka: nothing to wait for here).
     fn flush(&mut self) -> Result<(), OutputError>;
 }

@@ -73,6 +73,33 @@ impl DlqRecord {
     }
 }
 
+/// A line of a recorded stream that is not a record, as a dead letter: the reason
+/// (`invalid_record`), the file and line number, and why. It has no channel or payload to keep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnreadableLine {
+    pub reason: RejectReason,
+    pub detail: String,
+    pub source: PathBuf,
+    pub line: usize,
+}
+
+impl UnreadableLine {
+    pub fn new(source: PathBuf, line: usize, detail: String) -> UnreadableLine {
+        UnreadableLine {
+            reason: RejectReason::InvalidRecord,
+            detail,
+            source,
+            line,
+        }
+    }
+
+    /// One JSON line (without the newline).
+    pub fn to_json_line(&self) -> String {
+        // A path, strings and integers always serialise.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
 #[derive(Serialize)]
 struct DlqOut<'a> {
     reason: RejectReason,
@@ -128,7 +155,15 @@ impl DlqWriter {
 
     /// Buffers one dead letter; it reaches the file at the latest on [`DlqWriter::flush`].
     pub fn write(&mut self, letter: &DlqRecord) -> Result<(), DlqError> {
-        let mut line = letter.to_json_line();
+        self.write_line(letter.to_json_line())
+    }
+
+    /// Buffers the dead letter of a recorded-stream line that is not a record.
+    pub fn write_unreadable(&mut self, letter: &UnreadableLine) -> Result<(), DlqError> {
+        self.write_line(letter.to_json_line())
+    }
+
+    fn write_line(&mut self, mut line: String) -> Result<(), DlqError> {
         line.push('\n');
         self.out
             .write_all(line.as_bytes())

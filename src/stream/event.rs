@@ -184,11 +184,14 @@ pub enum RejectReason {
     NonFinite,
     /// `meta` is present but not a JSON object.
     InvalidMeta,
+    /// A line of a recorded stream that is not a record (malformed, or not UTF-8): dead-
+    /// lettered with its file and line by `replay`, which goes on with the next line.
+    InvalidRecord,
 }
 
 impl RejectReason {
     /// Every reason, in declaration order (for metrics registration and docs).
-    pub const ALL: [RejectReason; 16] = [
+    pub const ALL: [RejectReason; 17] = [
         RejectReason::TooLarge,
         RejectReason::InvalidUtf8,
         RejectReason::InvalidJson,
@@ -205,6 +208,7 @@ impl RejectReason {
         RejectReason::DimensionTooLarge,
         RejectReason::NonFinite,
         RejectReason::InvalidMeta,
+        RejectReason::InvalidRecord,
     ];
 
     /// The stable snake_case name.
@@ -226,6 +230,7 @@ impl RejectReason {
             RejectReason::DimensionTooLarge => "dimension_too_large",
             RejectReason::NonFinite => "non_finite",
             RejectReason::InvalidMeta => "invalid_meta",
+            RejectReason::InvalidRecord => "invalid_record",
         }
     }
 }
@@ -821,8 +826,10 @@ mod tests {
         let invalid_utf8 = parse_event(b"{\"id\":\"\xff\"}", None, &EventLimits::default());
         assert_eq!(invalid_utf8.unwrap_err().reason, InvalidUtf8);
         seen.insert(InvalidUtf8);
-        // The engine's reason, tested with its clock (engine::machine).
+        // The engine's reason, tested with its clock (engine::machine), and the replay's
+        // reason for a line that is not a record (tests/daemon_cli.rs).
         seen.insert(TsOutOfRange);
+        seen.insert(InvalidRecord);
         assert_eq!(seen.len(), RejectReason::ALL.len());
     }
 
