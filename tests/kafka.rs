@@ -86,6 +86,17 @@ fn small_stream() -> Vec<Record> {
     records
 }
 
+/// Writes [`small_stream`] to `path` as a recorded stream; returns its records.
+fn write_small_stream(path: &Path) -> Vec<Record> {
+    let sent = small_stream();
+    let mut writer = RecordWriter::create(path).expect("create");
+    for r in &sent {
+        writer.write(r).expect("write");
+    }
+    writer.finish().expect("finish");
+    sent
+}
+
 fn by_channel(records: &[Record], channel: Channel) -> Vec<&Record> {
     records.iter().filter(|r| r.channel == channel).collect()
 }
@@ -95,12 +106,7 @@ fn replay_to_kafka_then_record_gives_back_the_stream() {
     let broker = Broker::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let input = dir.path().join("in.jsonl.gz");
-    let sent = small_stream();
-    let mut writer = RecordWriter::create(&input).expect("create");
-    for r in &sent {
-        writer.write(r).expect("write");
-    }
-    writer.finish().expect("finish");
+    let sent = write_small_stream(&input);
     let config = kafka_config_path();
 
     let started = Instant::now();
@@ -475,12 +481,7 @@ fn a_stream_travels_over_tls_and_a_wrong_ca_is_refused() {
         common::tls::Terminator::start_on(&certificates, tls_port, &broker.bootstrap());
     let bootstrap = format!("127.0.0.1:{}", terminator.port);
     let input = dir.path().join("in.jsonl.gz");
-    let sent = small_stream();
-    let mut writer = RecordWriter::create(&input).expect("create");
-    for r in &sent {
-        writer.write(r).expect("write");
-    }
-    writer.finish().expect("finish");
+    let sent = write_small_stream(&input);
     let config = kafka_config_path();
     let path = |p: &Path| p.to_str().expect("utf-8").to_string();
 
