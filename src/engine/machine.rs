@@ -571,9 +571,14 @@ impl Engine {
         }
         if self.dim.is_none() {
             self.dim = Some(event.x.dim());
-            tracing::info!(
+            // A warning: one stray first event locks a dimension that dead-letters every
+            // later event of the real one (issue 21).
+            tracing::warn!(
                 n_features = event.x.dim(),
-                "feature dimension locked by the first valid event"
+                id = %event.id,
+                "feature dimension locked by the first valid event; events with another count \
+                 are dead-lettered as dimension_mismatch (set model.n_features to lock it from \
+                 the configuration)"
             );
         }
         self.newest_ts = Some(self.newest_ts.map_or(event.ts, |t| t.max(event.ts)));
