@@ -509,12 +509,12 @@ impl Metrics {
                     "Flagged negative-feedback events in the rolling window.",
                 )?,
             )?,
-            fpr_observed_p_value: register(
+            // NaN until negative feedback arrives: 0 would read as proof that the FPR is
+            // above tau (issue 22).
+            fpr_observed_p_value: nan_gauge(
                 r,
-                Gauge::new(
-                    "neyman_fpr_observed_p_value",
-                    "One-sided binomial p-value of the observed false positives against tau.",
-                )?,
+                "neyman_fpr_observed_p_value",
+                "One-sided binomial p-value of the observed false positives against tau; NaN before any negative feedback.",
             )?,
             flag_rate: register(
                 r,
@@ -733,6 +733,8 @@ mod tests {
         assert!(text.contains("neyman_events_total{channel=\"unlabeled\",outcome=\"scored\"} 3"));
         assert!(text.contains("neyman_events_total{channel=\"negative\",outcome=\"rejected\"} 0"));
         assert!(text.contains("neyman_retrains_total{result=\"cancelled\"} 0"));
+        // No feedback yet is no evidence: NaN, not 0 (which reads as "FPR above tau").
+        assert!(text.contains("\nneyman_fpr_observed_p_value NaN\n"), "{text}");
         // A second daemon in the same process has its own registry.
         let other = Registry::new();
         Metrics::new(&other).expect("independent registry");
