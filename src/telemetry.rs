@@ -734,7 +734,10 @@ mod tests {
         assert!(text.contains("neyman_events_total{channel=\"negative\",outcome=\"rejected\"} 0"));
         assert!(text.contains("neyman_retrains_total{result=\"cancelled\"} 0"));
         // No feedback yet is no evidence: NaN, not 0 (which reads as "FPR above tau").
-        assert!(text.contains("\nneyman_fpr_observed_p_value NaN\n"), "{text}");
+        assert!(
+            text.contains("\nneyman_fpr_observed_p_value NaN\n"),
+            "{text}"
+        );
         // A second daemon in the same process has its own registry.
         let other = Registry::new();
         Metrics::new(&other).expect("independent registry");
