@@ -249,30 +249,20 @@ pub fn run(
         }
         let record = match record {
             Ok(record) => record,
-            // A line that is not a record is a dead letter; the next line may be fine.
-            Err(RecordError::Malformed {
-                path,
-                line,
-                message,
-            }) => {
-                let letter = UnreadableLine::new(path, line, message);
-                engine
-                    .dead_letter_line(&letter)
-                    .map_err(DaemonError::runtime)?;
-                continue;
-            }
-            Err(RecordError::NotUtf8 { path, line }) => {
-                let letter = UnreadableLine::new(path, line, "not valid UTF-8".into());
-                engine
-                    .dead_letter_line(&letter)
-                    .map_err(DaemonError::runtime)?;
-                continue;
-            }
-            // The file itself cannot be read on (a truncated `.gz`): the input ends here.
-            Err(e) => {
-                unreadable = Some(e);
-                break;
-            }
+            Err(e) => match UnreadableLine::of(e) {
+                // A line that is not a record is a dead letter; the next line may be fine.
+                Ok(letter) => {
+                    engine
+                        .dead_letter_line(&letter)
+                        .map_err(DaemonError::runtime)?;
+                    continue;
+                }
+                // The file itself cannot be read on (a truncated `.gz`): the input ends here.
+                Err(e) => {
+                    unreadable = Some(e);
+                    break;
+                }
+            },
         };
         if let Some(factor) = speed {
             let first = *first_ts.get_or_insert(record.ts);

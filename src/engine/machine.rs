@@ -54,6 +54,7 @@ use crate::engine::window::{
 };
 use crate::engine::window_scores::{Remembered, WindowScores};
 use crate::learn::calibrate::CalibrateError;
+use crate::learn::kernel::KernelExpansion;
 use crate::learn::metrics::np_score;
 use crate::learn::model::{Fingerprint, Model, Provenance};
 use crate::learn::prior::{resolve_training_prior, PriorBounds};
@@ -1591,10 +1592,7 @@ impl Engine {
         self.metrics
             .solver_kernel_evaluations
             .inc_by(fit.kernel_evaluations());
-        let finite = fit.expansion().coef.iter().all(|c| c.is_finite())
-            && fit.expansion().bias.is_finite()
-            && threshold.as_ref().map_or(true, |t| t.threshold.is_finite());
-        if !finite {
+        if !finite_solution(fit.expansion(), threshold.as_ref()) {
             return RetrainOutcome::Rejected {
                 reason: GateReason::NonFinite,
                 detail: "the solution has non-finite coefficients or threshold".into(),
@@ -1853,13 +1851,8 @@ impl Engine {
     /// not that the model in them is usable.
     fn servable(&self, model: &Model) -> Result<(), String> {
         let e = model.expansion();
-        // A missing threshold is the certify check's to judge.
-        let threshold_finite = model.threshold().map_or(true, |t| t.threshold.is_finite());
-        if !(e.coef.iter().all(|c| c.is_finite())
-            && e.bias.is_finite()
-            && e.support.all_finite()
-            && threshold_finite)
-        {
+        // Support vectors too: a retrain's come from checked events, a file's do not.
+        if !(finite_solution(e, model.threshold()) && e.support.all_finite()) {
             return Err("non-finite coefficients, support vectors or threshold".into());
         }
         if let Err(k) = e.kernel.check() {
@@ -2184,6 +2177,14 @@ impl RetrainJob {
             rank_choice,
         })
     }
+}
+
+/// Whether a solution's coefficients, bias and threshold are finite (a missing threshold is
+/// the certify check's to judge).
+fn finite_solution(e: &KernelExpansion, threshold: Option<&ThresholdResult>) -> bool {
+    e.coef.iter().all(|c| c.is_finite())
+        && e.bias.is_finite()
+        && threshold.map_or(true, |t| t.threshold.is_finite())
 }
 
 /// Runs `work` with a stop flag that is raised when `cancel` is or `limit` has passed (checked

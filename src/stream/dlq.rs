@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::event::{RejectReason, Rejection};
-use super::record::{PayloadRepr, Record, RecordIn, RecordOut};
+use super::record::{PayloadRepr, Record, RecordError, RecordIn, RecordOut};
 
 /// One rejected message with why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +90,22 @@ impl UnreadableLine {
             detail,
             source,
             line,
+        }
+    }
+
+    /// The dead letter of a reader error that concerns one line (malformed, not UTF-8); the
+    /// error itself when the file cannot be read on.
+    pub fn of(error: RecordError) -> Result<UnreadableLine, RecordError> {
+        match error {
+            RecordError::Malformed {
+                path,
+                line,
+                message,
+            } => Ok(UnreadableLine::new(path, line, message)),
+            RecordError::NotUtf8 { path, line } => {
+                Ok(UnreadableLine::new(path, line, "not valid UTF-8".into()))
+            }
+            e => Err(e),
         }
     }
 
