@@ -26,12 +26,21 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(broker: &Broker, state: &Path, env: &[(&str, &str)]) -> Daemon {
+        let bootstrap = broker.bootstrap();
+        let mut all = vec![("NEYMAN_KAFKA_BOOTSTRAP_SERVERS", bootstrap.as_str())];
+        all.extend_from_slice(env);
+        Daemon::start_config(Path::new(CONFIG), state, &all)
+    }
+
+    /// `neyman run --config config` with its state under `state` and the HTTP API on a free
+    /// port, with overrides through the environment.
+    pub fn start_config(config: &Path, state: &Path, env: &[(&str, &str)]) -> Daemon {
         let port = free_port();
         std::fs::create_dir_all(state).expect("state dir");
         let log = state.join(format!("daemon-{port}.log"));
         let mut cmd = Command::new(BIN);
-        cmd.args(["run", "--config", CONFIG])
-            .env("NEYMAN_KAFKA_BOOTSTRAP_SERVERS", broker.bootstrap())
+        cmd.args(["run", "--config"])
+            .arg(config)
             .env("NEYMAN_STATE_DIR", state)
             .env("NEYMAN_HTTP_LISTEN", format!("127.0.0.1:{port}"))
             .env("NEYMAN_LOG_FORMAT", "json")
@@ -66,20 +75,47 @@ impl Daemon {
     }
 
     /// SIGTERM, then the exit status within 60 s.
-    pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
+    pub fn terminate(self) -> (std::process::ExitStatus, String) {
         self.signal("-TERM");
-        let deadline = Instant::now() + Duration::from_secs(60);
+        self.exit_within(Duration::from_secs(60), "SIGTERM")
+    }
+
+    /// The exit status and log once the process ends, which it must within `limit` (else a
+    /// panic with the log and the threads' stacks).
+    pub fn exit_within(
+        mut self,
+        limit: Duration,
+        after: &str,
+    ) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return (status, self.log_text());
             }
             assert!(
                 Instant::now() < deadline,
-                "no exit 60 s after SIGTERM:\n{}",
-                self.log_text()
+                "no exit {limit:?} after {after}:\n{}\n{}",
+                self.log_text(),
+                self.stacks()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The threads' stacks, for a daemon that hangs: from gdb when the machine has it.
+    fn stacks(&self) -> String {
+        Command::new("gdb")
+            .args([
+                "-p",
+                &self.child.id().to_string(),
+                "-batch",
+                "-ex",
+                "thread apply all bt",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("(no stacks: gdb: {e})"))
     }
 
     /// Waits until `done(metrics text)` holds; panics with the log after `DEADLINE`.

@@ -78,6 +78,8 @@ const BATCH: usize = 256;
 const POLL: Duration = Duration::from_millis(50);
 /// Deadline of a committed-offsets lookup after an assignment.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long leaving the consumer group may take at shutdown ([`leave_group`]).
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaRunError {
@@ -387,6 +389,21 @@ pub fn run(
         summary: Summary::default(),
         handled: Vec::with_capacity(BATCH),
     };
+    let result = drive(&mut lp, engine, stop, drain_timeout);
+    let summary = lp.summary;
+    let consumer = Arc::clone(&lp.clients.consumer);
+    drop(lp);
+    leave_group(consumer);
+    result.map(|()| summary)
+}
+
+/// [`run`]'s loop and drain, up to the consumer's close.
+fn drive(
+    lp: &mut Loop,
+    mut engine: Engine,
+    stop: &AtomicBool,
+    drain_timeout: Duration,
+) -> Result<(), KafkaRunError> {
     let mut trainer: Option<Trainer> = None;
     let mut committer = Committer::start(Arc::clone(&lp.clients.consumer))
         .map_err(|e| KafkaRunError::Thread("commit", e))?;
@@ -486,6 +503,34 @@ pub fn run(
             tracing::warn!(error = %e, "the last model may not be published");
         }
     }
-    lp.clients.consumer.unsubscribe();
-    Ok(lp.summary)
+    Ok(())
+}
+
+/// Unsubscribes and closes the consumer (librdkafka's close: the revocation callback, then
+/// LeaveGroup) on a thread of its own, waiting at most [`LEAVE_TIMEOUT`]. librdkafka 2.12 can
+/// block forever in the close's incremental unassign when a cooperative rebalance is under way
+/// at SIGTERM (seen when another member left just before); the offsets and `done` marks are
+/// committed before this, so giving up loses nothing: the broker drops the member after
+/// `session_timeout_ms`, and the process exits.
+fn leave_group(consumer: Arc<BaseConsumer<GroupContext>>) {
+    let (left, wait) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("neyman-leave".into())
+        .spawn(move || {
+            consumer.unsubscribe();
+            drop(consumer);
+            let _ = left.send(());
+        });
+    if let Err(e) = spawned {
+        // The closure, consumer included, was dropped here: the close ran on this thread.
+        tracing::warn!(error = %e, "cannot start a thread to leave the group");
+        return;
+    }
+    if wait.recv_timeout(LEAVE_TIMEOUT).is_err() {
+        tracing::warn!(
+            timeout = ?LEAVE_TIMEOUT,
+            "the consumer did not leave the group in time; exiting anyway (offsets are committed; \
+             the broker removes the member after session_timeout_ms)"
+        );
+    }
 }
