@@ -535,6 +535,49 @@ fn a_member_joining_and_leaving_mid_stream_loses_no_offset() {
     );
 }
 
+/// Issue 22: with no broker at the bootstrap address, the HTTP API serves at once (`/healthz`
+/// live, `/readyz` not ready), the log names the address and each retry, and the daemon
+/// exits 1 after `kafka.connect_timeout` with the address in the error.
+#[test]
+fn without_a_broker_it_serves_http_retries_and_fails_naming_the_address() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let started = Instant::now();
+    let daemon = Daemon::start_config(
+        Path::new(CONFIG),
+        &dir.path().join("state"),
+        &[
+            ("NEYMAN_KAFKA_BOOTSTRAP_SERVERS", nobody.as_str()),
+            ("NEYMAN_KAFKA_CONNECT_TIMEOUT", "8s"),
+        ],
+    );
+    let mut health = None;
+    while started.elapsed() < Duration::from_secs(5) && health.is_none() {
+        health = http(daemon.port, "GET", "/healthz", "").ok();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        health.map(|(code, _)| code),
+        Some(200),
+        "{}",
+        daemon.log_text()
+    );
+    let (ready, _) = http(daemon.port, "GET", "/readyz", "").expect("readyz");
+    assert_eq!(ready, 503);
+    let (status, log) = daemon.exit_within(Duration::from_secs(60), "the connect timeout");
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(started.elapsed() >= Duration::from_secs(8), "{log}");
+    assert!(log.contains("connecting to Kafka"), "{log}");
+    assert!(
+        log.matches("Kafka not reachable yet; retrying").count() >= 1,
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("no Kafka broker answered at {nobody}")),
+        "{log}"
+    );
+}
+
 /// Input partitions a daemon holds: one lag series each (removed when revoked).
 fn assigned_partitions(metrics: &str) -> usize {
     metrics

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::values::Secret;
+use super::values::{HumanDuration, Secret};
 
 /// `[kafka]`: the broker connection, the topics and the client settings neyman owns.
 ///
@@ -16,6 +16,11 @@ use super::values::Secret;
 pub struct KafkaConfig {
     /// `host:port[,host:port…]` (required in the section; `NEYMAN_KAFKA_BOOTSTRAP_SERVERS`).
     pub bootstrap_servers: String,
+    /// How long `run` waits for the broker at start: it retries (logging each attempt with
+    /// the bootstrap servers) and then fails naming them. HTTP is served meanwhile, `/healthz`
+    /// live and `/readyz` not ready. Default 60s.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: HumanDuration,
     /// Consumer group of the daemon; `neyman record` uses `<group_id>-record`.
     #[serde(default = "default_group_id")]
     pub group_id: String,
@@ -327,6 +332,9 @@ pub const KAFKA_OWNED_PROPERTIES: [&str; 17] = [
 fn default_group_id() -> String {
     "neyman".into()
 }
+fn default_connect_timeout() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(60))
+}
 fn default_session_timeout_ms() -> u32 {
     6000
 }
@@ -369,6 +377,7 @@ impl KafkaConfig {
     pub fn new(bootstrap_servers: impl Into<String>) -> KafkaConfig {
         KafkaConfig {
             bootstrap_servers: bootstrap_servers.into(),
+            connect_timeout: default_connect_timeout(),
             group_id: default_group_id(),
             topics: KafkaTopics::default(),
             auto_offset_reset: OffsetReset::default(),
@@ -395,6 +404,9 @@ impl KafkaConfig {
     /// The section's rules; the error names the key (`kafka.<key>`).
     pub fn check(&self) -> Result<(), (String, String)> {
         let bad = |key: &str, message: String| Err((format!("kafka.{key}"), message));
+        if self.connect_timeout.0.is_zero() {
+            return bad("connect_timeout", "must be > 0".into());
+        }
         let servers: Vec<&str> = self.bootstrap_servers.split(',').map(str::trim).collect();
         for server in &servers {
             let port = server

@@ -230,18 +230,24 @@ pub fn run(
             (Box::new(intake), options.keep_serving)
         }
         Input::Kafka(k) => {
-            let created = runtime.block_on(async {
-                let admin = crate::stream::kafka::admin_client(&k)?;
-                crate::stream::kafka::ensure_topics(&admin, &k).await
-            })?;
-            if !created.is_empty() {
-                tracing::info!(topics = ?created, "created missing topics");
-            }
-            let (clients, outputs) = kafka::connect(&k, &service.metrics)?;
-            let engine = service.engine(&config, Box::new(outputs), options.resume)?;
+            // Connecting runs behind the HTTP API (live, not ready), so a probe sees a live
+            // process while the broker is awaited (`kafka.connect_timeout`).
+            let admin = crate::stream::kafka::admin_client(&k)?;
+            let make_engine = service.engine_maker(&config, options.resume);
             let metrics = service.metrics.clone();
             let stop = Arc::clone(&stop);
+            let handle = runtime.handle().clone();
             let intake = move || {
+                if !crate::stream::kafka::wait_for_broker(&admin, &k, &stop)? {
+                    return Ok(Summary::default());
+                }
+                let created = handle.block_on(crate::stream::kafka::ensure_topics(&admin, &k))?;
+                drop(admin);
+                if !created.is_empty() {
+                    tracing::info!(topics = ?created, "created missing topics");
+                }
+                let (clients, outputs) = kafka::connect(&k, &metrics)?;
+                let engine = make_engine(Box::new(outputs))?;
                 let summary = kafka::run(engine, clients, &metrics, &stop, shutdown_timeout)?;
                 tracing::info!(
                     handled = summary.handled,
@@ -363,18 +369,35 @@ impl Service {
         outputs: Box<dyn Outputs>,
         resume: bool,
     ) -> Result<Engine, DaemonError> {
-        Engine::new(
-            EngineParts {
-                config: EngineConfig::of(config),
-                metrics: self.metrics.clone(),
-                registry: Arc::clone(&self.registry),
-                store: self.store.clone(),
-                outputs,
-                cancel: Arc::clone(&self.cancel),
-            },
-            resume,
-        )
-        .map_err(DaemonError::runtime)
+        self.engine_maker(config, resume)(outputs)
+    }
+
+    /// Makes the engine later, on the intake's thread, once its outputs exist (Kafka's need
+    /// a connected broker).
+    fn engine_maker(
+        &self,
+        config: &Config,
+        resume: bool,
+    ) -> impl FnOnce(Box<dyn Outputs>) -> Result<Engine, DaemonError> + Send + 'static {
+        let config = EngineConfig::of(config);
+        let metrics = self.metrics.clone();
+        let registry = Arc::clone(&self.registry);
+        let store = self.store.clone();
+        let cancel = Arc::clone(&self.cancel);
+        move |outputs| {
+            Engine::new(
+                EngineParts {
+                    config,
+                    metrics,
+                    registry,
+                    store,
+                    outputs,
+                    cancel,
+                },
+                resume,
+            )
+            .map_err(DaemonError::runtime)
+        }
     }
 
     fn app_state(self, http: &HttpConfig, limits: EventLimits) -> AppState {

@@ -26,7 +26,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::io::Write;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::ClientContext;
@@ -66,10 +67,21 @@ pub enum KafkaError {
     },
     #[error(transparent)]
     Record(#[from] RecordError),
+    #[error(
+        "no Kafka broker answered at {servers} (`kafka.bootstrap_servers`) within {waited:.0?} \
+         (`kafka.connect_timeout`): {message}"
+    )]
+    Unreachable {
+        servers: String,
+        waited: Duration,
+        message: String,
+    },
 }
 
 /// How long an admin or metadata request may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// One attempt of [`wait_for_broker`].
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
 /// Sends waiting for their acknowledgement at once; bounds memory on large files.
 const MAX_PENDING: usize = 10_000;
 
@@ -320,6 +332,50 @@ impl fmt::Display for Redacted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts: Vec<String> = self.map().iter().map(|(k, v)| format!("{k}={v}")).collect();
         f.write_str(&parts.join(" "))
+    }
+}
+
+/// Waits until the broker answers a metadata request, retrying every few seconds with a
+/// warning naming the bootstrap servers, for at most `kafka.connect_timeout`; `stop` (a
+/// shutdown) ends the wait early with `Ok(false)`. librdkafka itself retries forever and
+/// reports only "transport failure", so the timeout and the address are ours.
+pub fn wait_for_broker(
+    admin: &AdminClient<Logged>,
+    k: &KafkaConfig,
+    stop: &AtomicBool,
+) -> Result<bool, KafkaError> {
+    let started = Instant::now();
+    let deadline = started + k.connect_timeout.0;
+    tracing::info!(bootstrap_servers = %k.bootstrap_servers, "connecting to Kafka");
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let error = match admin
+            .inner()
+            .fetch_metadata(None, left.min(CONNECT_ATTEMPT))
+        {
+            Ok(_) => return Ok(true),
+            Err(e) => e,
+        };
+        if stop.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
+        if Instant::now() >= deadline {
+            return Err(KafkaError::Unreachable {
+                servers: k.bootstrap_servers.clone(),
+                waited: started.elapsed(),
+                message: error.to_string(),
+            });
+        }
+        tracing::warn!(
+            bootstrap_servers = %k.bootstrap_servers,
+            attempt,
+            %error,
+            waited_s = started.elapsed().as_secs(),
+            timeout_s = k.connect_timeout.0.as_secs(),
+            "Kafka not reachable yet; retrying"
+        );
     }
 }
 
