@@ -61,11 +61,16 @@ fn invalid_files_exit_2_naming_the_key() {
         let (code, _, stderr) = check(VALID, &[env]);
         assert_eq!(code, 2, "{key}: {stderr}");
         assert!(stderr.contains(key), "{key}: {stderr}");
-        assert!(stderr.contains("neyman.toml"), "{stderr}");
+        // The variable that set the bad value is named, not the file (issue 22).
+        assert!(
+            stderr.contains(&format!("environment variable {}", env.0)),
+            "{stderr}"
+        );
     }
     let (code, _, stderr) = check(&format!("{VALID}\n[gate]\nmargn = 1\n"), &[]);
     assert_eq!(code, 2);
     assert!(stderr.contains("margn"), "{stderr}");
+    assert!(stderr.contains("neyman.toml"), "{stderr}");
 }
 
 /// Issue 21 item 6: the values of secret `[kafka.librdkafka]` properties never print, and

@@ -16,8 +16,11 @@
 //!   `[model] prior`, `NEYMAN_KAFKA_BOOTSTRAP_SERVERS` sets `[kafka] bootstrap_servers`); `__`
 //!   descends into a nested table (`NEYMAN_WINDOWS_POSITIVE__MAX_EVENTS` sets
 //!   `[windows.positive] max_events`). The value is read as a TOML value (`0.3`, `true`,
-//!   `[1, 2]`), else as a string. `NEYMAN_` variables whose first word is not a section are not
-//!   config (benches use `NEYMAN_BENCH_*`) and are left alone.
+//!   `[1, 2]`), else as a string. Under `[kafka.librdkafka]` an underscore stands for a dot
+//!   (`NEYMAN_KAFKA_LIBRDKAFKA__QUEUED_MAX_MESSAGES_KBYTES` sets `"queued.max.messages.kbytes"`),
+//!   except in librdkafka's own `log_level` and `enabled_events`. Any other `NEYMAN_` variable
+//!   is an error naming it, but for [`NOT_CONFIG`] and `NEYMAN_BENCH_*` (tests and benches), so
+//!   a misspelled variable never goes unnoticed; a misspelled key is blamed on its variable.
 //! - Durations are strings with a unit (`"250ms"`, `"10s"`, `"5m"`, `"1h"`, `"7d"`) or seconds as
 //!   a number.
 //! - Secrets (tokens, passwords) are held in [`Secret`], which prints as `"<redacted>"` in
@@ -174,16 +177,17 @@ impl LoadedConfig {
             })?;
             from_env.insert(o.keys.join("."), o.var.clone());
         }
-        let mut config = deserialize(&table, &overrides).map_err(|message| ConfigError::Parse {
-            path: shown.clone(),
-            message,
-        })?;
+        let mut config = deserialize(&table, &overrides)
+            .map_err(|message| blame(text, &shown, &overrides, message))?;
         let base = path.parent().unwrap_or(Path::new("."));
         config.resolve_paths(base);
         config
             .check()
             .map_err(|(key, message)| ConfigError::Invalid {
-                path: shown,
+                // A key the environment set is the variable's fault, not the file's.
+                path: from_env
+                    .get(&key)
+                    .map_or(shown, |var| format!("environment variable {var}")),
                 key,
                 message,
             })?;
@@ -213,6 +217,44 @@ struct Override {
     raw: String,
 }
 
+/// `NEYMAN_` variables that are not configuration: read by the benches and the tests, listed
+/// in the README. Any other `NEYMAN_` variable must name a key.
+pub const NOT_CONFIG: [&str; 3] = ["NEYMAN_PYTHON", "NEYMAN_QP_N", "NEYMAN_LIBSVM_N"];
+/// Prefix of the benches' variables (`NEYMAN_BENCH_DATA`, `NEYMAN_BENCH_SIZES`, …).
+pub const NOT_CONFIG_PREFIX: &str = "NEYMAN_BENCH_";
+
+/// librdkafka's settable properties whose names have an underscore; in every other
+/// `NEYMAN_KAFKA_LIBRDKAFKA__…` name an underscore stands for a dot.
+const LIBRDKAFKA_UNDERSCORED: [&str; 2] = ["log_level", "enabled_events"];
+
+/// The error of a configuration that does not deserialize: the first environment variable
+/// after which it stops deserializing when the file alone does, else the file's.
+fn blame(text: &str, shown: &str, overrides: &[Override], message: String) -> ConfigError {
+    let Ok(mut table) = text.parse::<toml::Table>() else {
+        return ConfigError::Parse {
+            path: shown.to_string(),
+            message,
+        };
+    };
+    if deserialize(&table, &[]).is_ok() {
+        for (i, o) in overrides.iter().enumerate() {
+            if set_path(&mut table, &o.keys, toml_value(&o.raw)).is_err() {
+                break;
+            }
+            if let Err(message) = deserialize(&table, &overrides[..=i]) {
+                return ConfigError::Env {
+                    var: o.var.clone(),
+                    message,
+                };
+            }
+        }
+    }
+    ConfigError::Parse {
+        path: shown.to_string(),
+        message,
+    }
+}
+
 fn env_overrides(
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<Vec<Override>, ConfigError> {
@@ -221,12 +263,22 @@ fn env_overrides(
         let Some(rest) = var.strip_prefix("NEYMAN_") else {
             continue;
         };
+        if NOT_CONFIG.contains(&var.as_str()) || var.starts_with(NOT_CONFIG_PREFIX) {
+            continue;
+        }
         let lower = rest.to_ascii_lowercase();
-        let Some((section, key)) = lower.split_once('_') else {
-            continue;
-        };
+        let (section, key) = lower.split_once('_').unwrap_or((&lower, ""));
         if !SECTIONS.contains(&section) {
-            continue;
+            return Err(ConfigError::Env {
+                message: format!(
+                    "not a configuration key: `{section}` is not a section (NEYMAN_<SECTION>_<KEY>, \
+                     SECTION one of {}); the variables that are not configuration are {} and \
+                     {NOT_CONFIG_PREFIX}*",
+                    SECTIONS.join(", "),
+                    NOT_CONFIG.join(", ")
+                ),
+                var,
+            });
         }
         let mut keys = vec![section.to_string()];
         keys.extend(key.split("__").map(str::to_string));
@@ -235,6 +287,14 @@ fn env_overrides(
                 var,
                 message: "names an empty key".into(),
             });
+        }
+        if let [section, table, property] = keys.as_mut_slice() {
+            if section == "kafka"
+                && table == "librdkafka"
+                && !LIBRDKAFKA_UNDERSCORED.contains(&property.as_str())
+            {
+                *property = property.replace('_', ".");
+            }
         }
         out.push(Override { var, keys, raw });
     }
@@ -654,6 +714,79 @@ tau = 0.05
                 other => panic!("{key}: expected an invalid-key error, got {other:?}"),
             }
         }
+    }
+
+    /// Issue 22: a misspelled variable is an error naming it, whether its section
+    /// (`NEYMAN_MODLE_TAU`) or its key (`NEYMAN_MODEL_TAUU`) is wrong, and a bad value names
+    /// the variable rather than the file; the tests' and benches' own variables pass.
+    #[test]
+    fn a_misspelled_or_bad_variable_is_an_error_naming_it() {
+        for (var, value, says) in [
+            ("NEYMAN_MODLE_TAU", "0.01", "`modle` is not a section"),
+            ("NEYMAN_MODEL_TAUU", "0.01", "unknown field `tauu`"),
+            ("NEYMAN_NOSUCH", "1", "`nosuch` is not a section"),
+            ("NEYMAN_WINDOWS_POSITIVE__MAX_EVENTZ", "5", "max_eventz"),
+        ] {
+            let e = load(MINIMAL, &[(var, value)]).expect_err(var);
+            assert!(
+                matches!(&e, ConfigError::Env { var: v, .. } if v == var),
+                "{var}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("environment variable {var}: ")),
+                "{text}"
+            );
+            assert!(text.contains(says), "{text}");
+        }
+        let e = load(MINIMAL, &[("NEYMAN_MODEL_TAU", "1.5")]).expect_err("tau");
+        assert!(
+            e.to_string()
+                .starts_with("environment variable NEYMAN_MODEL_TAU: `model.tau`: "),
+            "{e}"
+        );
+        let env = [
+            ("NEYMAN_PYTHON", "/usr/bin/python3"),
+            ("NEYMAN_QP_N", "100"),
+            ("NEYMAN_LIBSVM_N", "100"),
+            ("NEYMAN_BENCH_SIZES", "1000"),
+        ];
+        assert!(load(MINIMAL, &env).is_ok());
+    }
+
+    /// librdkafka's dotted property names through the environment: `_` stands for `.` under
+    /// `NEYMAN_KAFKA_LIBRDKAFKA__`, but in its two underscored properties.
+    #[test]
+    fn librdkafka_properties_have_an_environment_spelling() {
+        let text = format!("{MINIMAL}\n[kafka]\nbootstrap_servers = \"127.0.0.1:9092\"\n");
+        let c = load(
+            &text,
+            &[
+                (
+                    "NEYMAN_KAFKA_LIBRDKAFKA__QUEUED_MAX_MESSAGES_KBYTES",
+                    "2048",
+                ),
+                ("NEYMAN_KAFKA_LIBRDKAFKA__LOG_LEVEL", "3"),
+                ("NEYMAN_KAFKA_LIBRDKAFKA__SSL_KEY_PASSWORD", "hunter2"),
+            ],
+        )
+        .expect("loads");
+        let properties = &c.config.kafka.expect("kafka").librdkafka;
+        let rendered = format!("{properties:?}");
+        let get = |key: &str| {
+            properties
+                .into_iter()
+                .find(|(k, _)| k.as_str() == key)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            get("queued.max.messages.kbytes").as_deref(),
+            Some("2048"),
+            "{rendered}"
+        );
+        assert_eq!(get("log_level").as_deref(), Some("3"));
+        assert_eq!(get("ssl.key.password").as_deref(), Some("hunter2"));
+        assert!(!rendered.contains("hunter2"), "{rendered}");
     }
 
     #[test]
