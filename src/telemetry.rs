@@ -56,6 +56,40 @@ impl EventOutcome {
         }
     }
 }
+/// How an arriving event entered (or did not enter) its window: the `outcome` label of
+/// `neyman_intake_events_total`, exactly one per event handled (`not_windowed`: a scorer,
+/// which keeps no windows).
+pub const INTAKE_OUTCOMES: [&str; 6] = [
+    "windowed",
+    "restored",
+    "duplicate",
+    "expired",
+    "rejected",
+    "not_windowed",
+];
+/// An [`INTAKE_OUTCOMES`] label as its index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intake {
+    Windowed,
+    Restored,
+    Duplicate,
+    Expired,
+    Rejected,
+    NotWindowed,
+}
+
+/// An [`ANSWER_OUTCOMES`] label as its index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Scored,
+    Unscored,
+    DeadLettered,
+}
+
+/// How an unlabeled event was answered: the `outcome` label of `neyman_answers_total`,
+/// exactly one per event answered (events waiting for a first model are answered later).
+pub const ANSWER_OUTCOMES: [&str; 3] = ["scored", "unscored", "dead_lettered"];
+
 /// How a due retrain ended.
 pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
 /// Why a retrain failed: `time_limit` (`retrain.time_limit` ran out; the retrain was stopped)
@@ -67,9 +101,15 @@ pub const RECALIBRATION_RESULTS: [&str; 3] = ["recalibrated", "flags_nothing", "
 /// What a drift detection was seen on: the `signal` label of `neyman_drift_detected_total`.
 pub const DRIFT_SIGNALS: [&str; 3] = ["scores", "features", "feedback"];
 
+/// Families kept for one release after a replacement; the dashboard no longer charts them.
+/// `neyman_events_total`: by `neyman_intake_events_total` and `neyman_answers_total`.
+pub const DEPRECATED_FAMILIES: [&str; 1] = ["neyman_events_total"];
+
 /// Every metric family name, for the promtool test and the dashboard check.
-pub const FAMILIES: [&str; 47] = [
+pub const FAMILIES: [&str; 49] = [
     "neyman_events_total",
+    "neyman_intake_events_total",
+    "neyman_answers_total",
     "neyman_dlq_events_total",
     "neyman_window_events",
     "neyman_window_bytes",
@@ -125,8 +165,14 @@ pub const MODEL_PUBLISH_FAILURES: [&str; 3] = ["oversize", "encode", "delivery"]
 /// The daemon's metric handles.
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    /// Events by channel and outcome.
+    /// Events by channel and outcome. Deprecated (kept for one release): an unlabeled event
+    /// counts in several outcomes (`windowed`, `buffered`, then `scored`), so the outcomes do
+    /// not sum to the events; `intake_events` and `answers` do.
     pub events: IntCounterVec,
+    /// Events by channel and how they entered the windows ([`INTAKE_OUTCOMES`]): one each.
+    pub intake_events: IntCounterVec,
+    /// Unlabeled events by how they were answered ([`ANSWER_OUTCOMES`]): one each.
+    pub answers: IntCounterVec,
     /// Events sent to the dead-letter queue, by reason.
     pub dlq: IntCounterVec,
     /// Events held in each channel's window.
@@ -277,6 +323,34 @@ impl Metrics {
                 events.with_label_values(&[channel, outcome.as_str()]);
             }
         }
+        let intake_events = register(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    "neyman_intake_events_total",
+                    "Events by channel and how they entered the windows; one outcome per event.",
+                ),
+                &["channel", "outcome"],
+            )?,
+        )?;
+        for channel in CHANNELS {
+            for outcome in INTAKE_OUTCOMES {
+                intake_events.with_label_values(&[channel, outcome]);
+            }
+        }
+        let answers = register(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    "neyman_answers_total",
+                    "Unlabeled events answered: scored, unscored or dead-lettered; one outcome per event.",
+                ),
+                &["outcome"],
+            )?,
+        )?;
+        for outcome in ANSWER_OUTCOMES {
+            answers.with_label_values(&[outcome]);
+        }
         let window_events = register(
             r,
             IntGaugeVec::new(
@@ -329,6 +403,8 @@ impl Metrics {
         ];
         Ok(Metrics {
             events,
+            intake_events,
+            answers,
             dlq: register(
                 r,
                 IntCounterVec::new(

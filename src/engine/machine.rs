@@ -68,7 +68,7 @@ use crate::stream::event::{
 };
 use crate::stream::record::{now_ms, Record};
 use crate::stream::Channel;
-use crate::telemetry::{EventOutcome, Metrics};
+use crate::telemetry::{Answer, EventOutcome, Intake, Metrics, ANSWER_OUTCOMES, INTAKE_OUTCOMES};
 
 /// Feedback and unlabeled outcomes remembered for the observed-FPR and flag-rate gauges.
 const ROLLING_EVENTS: usize = 1000;
@@ -287,6 +287,10 @@ pub struct Engine {
     /// `neyman_events_total` handles by channel and outcome, resolved once: a label lookup
     /// per event costs more than the rest of the bookkeeping.
     event_counters: Vec<prometheus::IntCounter>,
+    /// `neyman_intake_events_total`, by channel then [`Intake`].
+    intake_counters: Vec<prometheus::IntCounter>,
+    /// `neyman_answers_total`, by [`Answer`].
+    answer_counters: Vec<prometheus::IntCounter>,
     /// `neyman_window_events` and `neyman_window_bytes` handles per channel.
     window_gauges: Vec<(prometheus::IntGauge, prometheus::IntGauge)>,
     /// `neyman_unscored_events_total` handles, indexed like [`UnscoredReason::ALL`].
@@ -364,6 +368,18 @@ impl Engine {
                     .map(|o| metrics.events.with_label_values(&[c.as_str(), o.as_str()]))
             })
             .collect();
+        let intake_counters = Channel::ALL
+            .iter()
+            .flat_map(|c| {
+                INTAKE_OUTCOMES
+                    .iter()
+                    .map(|o| metrics.intake_events.with_label_values(&[c.as_str(), o]))
+            })
+            .collect();
+        let answer_counters = ANSWER_OUTCOMES
+            .iter()
+            .map(|o| metrics.answers.with_label_values(&[o]))
+            .collect();
         let window_gauges = Channel::ALL
             .iter()
             .map(|c| {
@@ -412,6 +428,8 @@ impl Engine {
             recent_flags: Rolling::default(),
             untimed_scores: 0,
             event_counters,
+            intake_counters,
+            answer_counters,
             window_gauges,
             unscored_counters,
             outputs,
@@ -646,6 +664,7 @@ impl Engine {
         }
         self.expire_waiting(None)?;
         if !self.trains {
+            self.count_intake(channel, Intake::NotWindowed);
             return Ok(());
         }
         let entry = entry_of(event, record);
@@ -1325,9 +1344,38 @@ impl Engine {
         }
     }
 
+    /// Counts `outcome` in the deprecated `neyman_events_total` and in the family it belongs
+    /// to: intake (`neyman_intake_events_total`) or answer (`neyman_answers_total`); a
+    /// rejected unlabeled event is both (its dead letter answers it on a scoring daemon).
     fn count(&self, channel: Channel, outcome: EventOutcome) {
         let at = channel_index(channel) * EventOutcome::ALL.len() + outcome as usize;
         if let Some(c) = self.event_counters.get(at) {
+            c.inc();
+        }
+        let (intake, answer) = match outcome {
+            EventOutcome::Windowed => (Some(Intake::Windowed), None),
+            EventOutcome::Restored => (Some(Intake::Restored), None),
+            EventOutcome::Duplicate => (Some(Intake::Duplicate), None),
+            EventOutcome::Expired => (Some(Intake::Expired), None),
+            EventOutcome::Rejected => (
+                Some(Intake::Rejected),
+                (channel == Channel::Unlabeled && self.scores).then_some(Answer::DeadLettered),
+            ),
+            EventOutcome::Scored => (None, Some(Answer::Scored)),
+            EventOutcome::Unscored => (None, Some(Answer::Unscored)),
+            EventOutcome::Buffered => (None, None),
+        };
+        if let Some(i) = intake {
+            self.count_intake(channel, i);
+        }
+        if let Some(c) = answer.and_then(|a| self.answer_counters.get(a as usize)) {
+            c.inc();
+        }
+    }
+
+    fn count_intake(&self, channel: Channel, intake: Intake) {
+        let at = channel_index(channel) * INTAKE_OUTCOMES.len() + intake as usize;
+        if let Some(c) = self.intake_counters.get(at) {
             c.inc();
         }
     }
@@ -2443,6 +2491,93 @@ mod tests {
         // The sparse events are valid (the locked dimension, given or taken): read again.
         assert_eq!(dead, [2, 0, 2, 2, 2]);
         assert_eq!((outputs, dead, windows), run(false));
+    }
+
+    /// Issue 22: `neyman_intake_events_total` counts each event once per channel and
+    /// `neyman_answers_total` each unlabeled event once, across the wait for a first model,
+    /// dead letters and a duplicate; the deprecated `neyman_events_total` counts an unlabeled
+    /// event in several outcomes.
+    #[test]
+    fn intake_and_answer_outcomes_sum_to_the_events() {
+        let mut records: Vec<Record> = RecordReader::open(std::path::Path::new(STREAM))
+            .expect("stream")
+            .map(|r| r.expect("record"))
+            .take(2000)
+            .collect();
+        for channel in [Channel::Unlabeled, Channel::Positive] {
+            records.insert(
+                50,
+                Record::new(channel, 1_767_225_600_000, None, b"{".to_vec()),
+            );
+        }
+        let again = records
+            .iter()
+            .find(|r| r.channel == Channel::Unlabeled)
+            .cloned()
+            .expect("an unlabeled event");
+        records.push(again);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, _) = engine(dir.path(), "");
+        for record in &records {
+            e.handle(record).expect("handled");
+        }
+        e.finish().expect("finished");
+        let sum = |family: &prometheus::IntCounterVec,
+                   labels: &dyn Fn(&str) -> Vec<String>,
+                   of: &[&str]|
+         -> u64 {
+            of.iter()
+                .map(|o| {
+                    let l = labels(o);
+                    let l: Vec<&str> = l.iter().map(String::as_str).collect();
+                    family.with_label_values(&l).get()
+                })
+                .sum()
+        };
+        for channel in Channel::ALL {
+            let arrived = records.iter().filter(|r| r.channel == channel).count() as u64;
+            let c = channel.as_str();
+            let intake = sum(
+                &e.metrics.intake_events,
+                &|o| vec![c.to_string(), o.to_string()],
+                &INTAKE_OUTCOMES,
+            );
+            assert_eq!(intake, arrived, "{c}");
+        }
+        let unlabeled = records
+            .iter()
+            .filter(|r| r.channel == Channel::Unlabeled)
+            .count() as u64;
+        let answers = sum(
+            &e.metrics.answers,
+            &|o| vec![o.to_string()],
+            &ANSWER_OUTCOMES,
+        );
+        assert_eq!(answers, unlabeled);
+        assert_eq!(
+            e.metrics
+                .answers
+                .with_label_values(&["dead_lettered"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            e.metrics
+                .intake_events
+                .with_label_values(&["unlabeled", "duplicate"])
+                .get(),
+            1
+        );
+        let old: u64 = EventOutcome::ALL
+            .iter()
+            .map(|o| {
+                e.metrics
+                    .events
+                    .with_label_values(&["unlabeled", o.as_str()])
+                    .get()
+            })
+            .sum();
+        assert!(old > unlabeled, "{old} vs {unlabeled}");
     }
 
     /// Events dead-lettered for `reason` so far.
