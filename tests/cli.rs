@@ -1968,3 +1968,104 @@ fn train_rank_tau_auto_leaves_a_depth_with_a_constant_optimum() {
     assert_eq!(bad.code, 2);
     assert!(bad.stderr.contains("auto"), "{}", bad.stderr);
 }
+
+/// Issue 22: `score` on a labelled file reports like svm-predict — accuracy, FPR and TPR at
+/// the model's threshold on stderr, as a JSON object with `--report json` — with counts that
+/// match the flags it wrote; piped into `head` it ends quietly with exit 0.
+#[test]
+fn score_reports_accuracy_fpr_and_tpr_on_a_labelled_file_and_a_closed_pipe_is_no_error() {
+    const SPAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/spambase.csv.gz");
+    let dir = TempDir::new().unwrap();
+    let model = dir.path().join("m.nmd");
+    neyman(&[
+        "train",
+        "--algo",
+        "tfpl",
+        "--data",
+        SPAM,
+        "--tau",
+        "0.05",
+        "--out",
+        s(&model),
+    ])
+    .ok();
+    let out = dir.path().join("scores.csv");
+    let run = neyman(&[
+        "score",
+        "--model",
+        s(&model),
+        "--data",
+        SPAM,
+        "--out",
+        s(&out),
+        "--report",
+        "json",
+    ])
+    .ok();
+    let report: serde_json::Value = serde_json::from_str(run.stderr.trim()).expect("JSON report");
+    // The truth: spambase's label column (1 spam, -1 not), in row order like the scores.
+    let text = std::fs::read_to_string(&out).expect("scores");
+    let flagged: Vec<bool> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next() == Some("true"))
+        .collect();
+    let truth: Vec<bool> = {
+        use std::io::Read;
+        let mut csv = String::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(SPAM).expect("data"))
+            .read_to_string(&mut csv)
+            .expect("gzip");
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+        let at = header
+            .iter()
+            .position(|h| *h == "label")
+            .expect("label column");
+        lines.map(|l| l.split(',').nth(at) == Some("1")).collect()
+    };
+    assert_eq!(flagged.len(), truth.len());
+    let count = |want_truth: bool, want_flag: bool| {
+        truth
+            .iter()
+            .zip(&flagged)
+            .filter(|(t, f)| **t == want_truth && **f == want_flag)
+            .count() as u64
+    };
+    let (tp, fp) = (count(true, true), count(false, true));
+    let (positives, negatives) = (tp + count(true, false), fp + count(false, false));
+    assert_eq!(report["true_positives"], tp);
+    assert_eq!(report["false_positives"], fp);
+    assert_eq!(report["positives"], positives);
+    assert_eq!(report["negatives"], negatives);
+    let fpr = report["fpr"].as_f64().expect("fpr");
+    assert!((fpr - fp as f64 / negatives as f64).abs() < 1e-12);
+    assert!(
+        fpr < 0.08 && report["tpr"].as_f64().expect("tpr") > 0.5,
+        "{report}"
+    );
+
+    let text = neyman(&["score", "--model", s(&model), "--data", SPAM])
+        .ok()
+        .stderr;
+    assert!(text.starts_with("Accuracy = "), "{text}");
+    assert!(
+        text.contains(&format!("FPR = {:.2}% ({fp}/{negatives})", 100.0 * fpr)),
+        "{text}"
+    );
+
+    let piped = Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "set -o pipefail; {BIN} score --model {} --data {SPAM} | head -2",
+                s(&model)
+            ),
+        ])
+        .output()
+        .expect("bash");
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(piped.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&piped.stdout).lines().count(), 2);
+    assert!(!stderr.contains("error"), "{stderr}");
+}

@@ -643,6 +643,10 @@ pub struct ScoreArgs {
     /// when absent.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// With labels in the file, the accuracy, FPR and TPR at the model's threshold go to
+    /// stderr as one line (like svm-predict's); `--report json` makes it one JSON object.
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -35,12 +35,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::config::LoadedConfig;
-use crate::data::{read, DataError, Dataset, Rows};
+use crate::data::{read, DataError, Dataset, Label, Rows};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::model::{Fingerprint, Model, ModelError};
 use crate::learn::prior::resolve_training_prior;
 use crate::learn::spec::{model_of, SpecError};
 use crate::learn::tfpl::TfplValidParams;
+use crate::learn::threshold::ThresholdResult;
 use crate::learn::usmo::{UsmoError, UsmoValidParams};
 use crate::learn::Scorer;
 
@@ -398,10 +399,104 @@ pub fn score(args: &ScoreArgs) -> Result<(), CliError> {
         }
     }
     match &args.out {
-        Some(path) => write_atomic(path, text.as_bytes()),
-        None => std::io::stdout()
-            .write_all(text.as_bytes())
-            .map_err(|e| CliError::file(Path::new("<stdout>"), e)),
+        Some(path) => write_atomic(path, text.as_bytes())?,
+        None => match std::io::stdout().write_all(text.as_bytes()) {
+            // Piped into `head`: the reader has what it wanted.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            other => other.map_err(|e| CliError::file(Path::new("<stdout>"), e))?,
+        },
+    }
+    let accuracy = LabelledAccuracy::of(&data.labels, &scores, threshold);
+    match args.report {
+        Some(ReportFormat::Json) => eprintln!("{}", accuracy.to_json(threshold)),
+        None if accuracy.labelled() > 0 => match threshold {
+            Some(t) => eprintln!("{accuracy} at threshold {}", t.threshold),
+            None => eprintln!("the model has no threshold: no accuracy, FPR or TPR"),
+        },
+        None => {}
+    }
+    Ok(())
+}
+
+/// `score`'s comparison with the file's labels at the model's threshold: positives are rows
+/// labelled 1, negatives rows labelled −1; rows labelled 0 (or a file without labels) count
+/// in neither.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct LabelledAccuracy {
+    positives: usize,
+    true_positives: usize,
+    negatives: usize,
+    false_positives: usize,
+}
+
+impl LabelledAccuracy {
+    fn of(
+        labels: &[Label],
+        scores: &[f64],
+        threshold: Option<&ThresholdResult>,
+    ) -> LabelledAccuracy {
+        let mut a = LabelledAccuracy::default();
+        let Some(t) = threshold else {
+            return a;
+        };
+        for (label, s) in labels.iter().zip(scores) {
+            let flagged = t.is_positive(*s);
+            match label {
+                Label::Positive => {
+                    a.positives += 1;
+                    a.true_positives += usize::from(flagged);
+                }
+                Label::Negative => {
+                    a.negatives += 1;
+                    a.false_positives += usize::from(flagged);
+                }
+                Label::Unlabeled => {}
+            }
+        }
+        a
+    }
+
+    fn labelled(&self) -> usize {
+        self.positives + self.negatives
+    }
+
+    fn correct(&self) -> usize {
+        self.true_positives + self.negatives - self.false_positives
+    }
+
+    fn rate(part: usize, whole: usize) -> Option<f64> {
+        (whole > 0).then(|| part as f64 / whole as f64)
+    }
+
+    fn to_json(self, threshold: Option<&ThresholdResult>) -> serde_json::Value {
+        json!({
+            "labelled": self.labelled(),
+            "accuracy": Self::rate(self.correct(), self.labelled()),
+            "positives": self.positives,
+            "true_positives": self.true_positives,
+            "tpr": Self::rate(self.true_positives, self.positives),
+            "negatives": self.negatives,
+            "false_positives": self.false_positives,
+            "fpr": Self::rate(self.false_positives, self.negatives),
+            "threshold": threshold.map(|t| t.threshold),
+        })
+    }
+}
+
+/// `Accuracy = 93.10% (856/920), FPR = 2.74% (11/402), TPR = 89.96% (466/518)`.
+impl std::fmt::Display for LabelledAccuracy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let percent = |part: usize, whole: usize| match Self::rate(part, whole) {
+            Some(r) => format!("{:.2}% ({part}/{whole})", 100.0 * r),
+            None => "n/a (0 rows)".to_string(),
+        };
+        write!(
+            f,
+            "Accuracy = {}, FPR = {}, TPR = {}",
+            percent(self.correct(), self.labelled()),
+            percent(self.false_positives, self.negatives),
+            percent(self.true_positives, self.positives)
+        )
     }
 }
 
