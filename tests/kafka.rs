@@ -243,12 +243,16 @@ fn the_kafka_config_checks_and_a_run_without_a_broker_fails_clearly() {
         "{text}"
     );
     assert!(text.contains("commit_interval_ms = 1000"), "{text}");
-    // Nothing listens on the port: the topic check at start fails with exit 1 and says so.
+    // Nothing listens on the port: after kafka.connect_timeout the run fails with exit 1 and
+    // names the address (tests/kafka_daemon.rs checks the HTTP API meanwhile).
     let dir = tempfile::tempdir().expect("tempdir");
+    let nobody = format!("127.0.0.1:{}", common::broker::free_port());
     let run = Command::new(env!("CARGO_BIN_EXE_neyman"))
         .args(["run", "--config", &config])
+        .env("NEYMAN_KAFKA_BOOTSTRAP_SERVERS", &nobody)
+        .env("NEYMAN_KAFKA_CONNECT_TIMEOUT", "2s")
         .env(
-            "NEYMAN_KAFKA_BOOTSTRAP_SERVERS",
+            "NEYMAN_HTTP_LISTEN",
             format!("127.0.0.1:{}", common::broker::free_port()),
         )
         .env("NEYMAN_STATE_DIR", dir.path())
@@ -256,7 +260,10 @@ fn the_kafka_config_checks_and_a_run_without_a_broker_fails_clearly() {
         .expect("run");
     assert_eq!(run.status.code(), Some(1));
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("kafka client"), "{err}");
+    assert!(
+        err.contains(&format!("no Kafka broker answered at {nobody}")),
+        "{err}"
+    );
 }
 
 fn kafka_section(broker: &Broker) -> neyman::config::KafkaConfig {
