@@ -99,6 +99,8 @@ fn main() -> ExitCode {
         Command::Record(a) => {
             cli::daemon::load_config(&a.config).and_then(|c| cli::kafka::record(a, c))
         }
+        Command::Completions { shell } => cli::completions(*shell),
+        Command::Man => cli::man_page(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2069,3 +2069,30 @@ fn score_reports_accuracy_fpr_and_tpr_on_a_labelled_file_and_a_closed_pipe_is_no
     assert_eq!(String::from_utf8_lossy(&piped.stdout).lines().count(), 2);
     assert!(!stderr.contains("error"), "{stderr}");
 }
+
+/// Issue 22: shell completions for bash, zsh and fish, and a man page with one section per
+/// subcommand, generated from the same clap definition as `--help`.
+#[test]
+fn completions_and_the_man_page_cover_every_subcommand() {
+    let subcommands = [
+        "train", "score", "eval", "prior", "model", "bench", "run", "replay", "config", "record",
+        "stream",
+    ];
+    for shell in ["bash", "zsh", "fish"] {
+        let script = neyman(&["completions", shell]).ok().stdout;
+        for sub in subcommands {
+            assert!(script.contains(sub), "{shell}: {sub}");
+        }
+        assert!(script.contains("pu-labeled-fraction"), "{shell}");
+    }
+    assert_eq!(neyman(&["completions", "tcsh"]).code, 2);
+    let man = neyman(&["man"]).ok().stdout;
+    assert!(
+        man.starts_with(".ie") || man.contains(".TH neyman 1"),
+        "{}",
+        &man[..200]
+    );
+    for sub in subcommands {
+        assert!(man.contains(&format!(".TH neyman-{sub} 1")), "man: {sub}");
+    }
+}

@@ -66,6 +66,15 @@ pub enum Command {
         #[command(subcommand)]
         command: StreamCommand,
     },
+    /// Print a shell completion script on stdout (e.g. `neyman completions bash >
+    /// /etc/bash_completion.d/neyman`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout (e.g. `neyman man > neyman.1; man ./neyman.1`).
+    Man,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -90,6 +99,7 @@ pub struct RunArgs {
 pub struct ReplayArgs {
     /// A recorded stream (JSON Lines, optionally .gz).
     pub file: PathBuf,
+    /// The daemon's TOML configuration (e.g. config/neyman.toml).
     #[arg(long)]
     pub config: PathBuf,
     /// Replay pace: max, realtime, or xN; default: the config's source.speed.
@@ -160,7 +170,10 @@ pub struct RecordArgs {
 pub enum ConfigCommand {
     /// Validate a config file (with the NEYMAN_* environment applied) and print the effective
     /// configuration: secrets redacted, environment-set keys marked.
-    Check { file: PathBuf },
+    Check {
+        /// The TOML file to check (the `NEYMAN_*` variables of the environment apply).
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -217,6 +230,7 @@ pub struct StreamMakeArgs {
     /// Output: JSON Lines, gzip'd when the name ends in .gz; written atomically.
     #[arg(long)]
     pub out: PathBuf,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
 }
@@ -273,6 +287,7 @@ pub struct BenchReplayArgs {
     /// Block size of both prequential accountings (as `replay --block`).
     #[arg(long, default_value_t = 1000)]
     pub block: u64,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
 }
@@ -297,10 +312,13 @@ pub struct BenchKafkaArgs {
     /// Events for the latency run, produced at `--rate` per second.
     #[arg(long, default_value_t = 20_000)]
     pub paced_events: usize,
+    /// Events per second of the paced run.
     #[arg(long, default_value_t = 5000.0)]
     pub rate: f64,
+    /// Seed of every random draw, so a run can be repeated exactly.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
 }
@@ -313,10 +331,13 @@ pub struct BenchScoringArgs {
     /// Events scored per repeat (iid N(0,1), dense).
     #[arg(long, default_value_t = 20_000)]
     pub events: usize,
+    /// Timed rounds; the median is reported.
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
+    /// Seed of every random draw, so a run can be repeated exactly.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
 }
@@ -349,6 +370,7 @@ pub struct BenchTfplArgs {
     /// Feature scaling, as `train --algo tfpl` does it (then ‖x‖ ≤ 1).
     #[arg(long, value_enum, default_value = "standard")]
     pub scale: ScaleName,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
 }
@@ -364,8 +386,10 @@ pub struct BenchProjectionArgs {
     /// k = max(1, ⌊F·n⌋).
     #[arg(long, default_value_t = 0.01)]
     pub k_fraction: f64,
+    /// Timed rounds; the median is reported.
     #[arg(long, default_value_t = 7)]
     pub repeats: usize,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
 }
@@ -373,7 +397,10 @@ pub struct BenchProjectionArgs {
 #[derive(Debug, Subcommand)]
 pub enum ModelCommand {
     /// Print a model's metadata as JSON.
-    Inspect { model: PathBuf },
+    Inspect {
+        /// A model file (`neyman train`, or one of a daemon's state directory).
+        model: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -563,6 +590,7 @@ pub struct ThresholdArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
+    /// The learner: usmo (positive-unlabeled SVM) or tfpl (τ-FPL, FPR-constrained ranking).
     #[arg(long, value_enum)]
     pub algo: AlgorithmName,
     #[command(flatten)]
@@ -586,6 +614,7 @@ pub struct TrainArgs {
     /// Where to write the model.
     #[arg(long)]
     pub out: PathBuf,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
     /// No progress bar, warnings only.
@@ -626,12 +655,14 @@ pub struct PriorArgs {
     /// the scorer.
     #[arg(allow_negative_numbers = true, long, default_value_t = 0.5)]
     pub calibration_fraction: f64,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct ScoreArgs {
+    /// A model file (`neyman train`, or one of a daemon's state directory).
     #[arg(long)]
     pub model: PathBuf,
     /// Data file; its label column is optional.
@@ -716,6 +747,7 @@ pub struct EvalThresholdArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
+    /// The learner: usmo (positive-unlabeled SVM) or tfpl (τ-FPL, FPR-constrained ranking).
     #[arg(long, value_enum)]
     pub algo: AlgorithmName,
     #[command(flatten)]
@@ -724,8 +756,10 @@ pub struct EvalArgs {
     /// the rest are trained on as negatives together with the true negatives).
     #[arg(long)]
     pub pu_labeled_fraction: Option<f64>,
+    /// Random splits; each metric is reported as its mean and standard deviation over them.
     #[arg(long, default_value_t = 10)]
     pub repeats: usize,
+    /// Seed of every random draw, so a run can be repeated exactly.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Share of rows held out for testing (stratified), unless --transductive.
@@ -755,8 +789,10 @@ pub struct EvalArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub threshold: EvalThresholdArgs,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
+    /// No progress output, warnings only.
     #[arg(long)]
     pub quiet: bool,
 }
@@ -910,4 +946,41 @@ fn parse_rank_tau(text: &str) -> Result<RankTau, String> {
     text.parse::<f64>()
         .map(RankTau::Value)
         .map_err(|_| format!("expected a number or \"auto\", got \"{text}\""))
+}
+
+#[cfg(test)]
+mod help_tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every (sub)command and every flag or positional has help text (issue 22), so `--help`
+    /// documents the whole contract.
+    #[test]
+    fn every_flag_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{path} {} (no about)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "neyman", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "{} without help:\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+    }
 }

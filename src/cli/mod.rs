@@ -351,6 +351,40 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `neyman completions SHELL`: the completion script of the whole command line on stdout.
+pub fn completions(shell: clap_complete::Shell) -> Result<(), CliError> {
+    use clap::CommandFactory;
+    let mut command = args::Cli::command();
+    clap_complete::generate(shell, &mut command, "neyman", &mut std::io::stdout());
+    Ok(())
+}
+
+/// `neyman man`: the man page (roff, section 1) of the whole command line on stdout, every
+/// subcommand included.
+pub fn man_page() -> Result<(), CliError> {
+    use clap::CommandFactory;
+    let command = args::Cli::command();
+    let mut out = Vec::new();
+    let to_stdout = |e: std::io::Error| CliError::file(Path::new("<stdout>"), e);
+    clap_mangen::Man::new(command.clone())
+        .render(&mut out)
+        .map_err(to_stdout)?;
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("neyman-{}", sub.get_name());
+        let sub = sub
+            .clone()
+            .display_name(name)
+            .version(env!("CARGO_PKG_VERSION"));
+        clap_mangen::Man::new(sub)
+            .render(&mut out)
+            .map_err(to_stdout)?;
+    }
+    match std::io::stdout().write_all(&out) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(to_stdout),
+    }
+}
+
 /// `neyman score`: one line per row, `id,score` (CSV) or `{"id","score"}` (JSON Lines).
 pub fn score(args: &ScoreArgs) -> Result<(), CliError> {
     let model = read_model(&args.model)?;
