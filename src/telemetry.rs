@@ -105,9 +105,14 @@ pub const DRIFT_SIGNALS: [&str; 3] = ["scores", "features", "feedback"];
 /// `neyman_events_total`: by `neyman_intake_events_total` and `neyman_answers_total`.
 pub const DEPRECATED_FAMILIES: [&str; 1] = ["neyman_events_total"];
 
+/// The git commit this binary was built from (build.rs; `unknown` outside a git checkout).
+pub const BUILD_COMMIT: &str = env!("BUILT_FROM_COMMIT");
+
 /// Every metric family name, for the promtool test and the dashboard check.
-pub const FAMILIES: [&str; 49] = [
+pub const FAMILIES: [&str; 51] = [
     "neyman_events_total",
+    "neyman_model_info",
+    "neyman_build_info",
     "neyman_intake_events_total",
     "neyman_answers_total",
     "neyman_dlq_events_total",
@@ -193,6 +198,10 @@ pub struct Metrics {
     pub solver_kernel_evaluations: IntCounter,
     /// Version of the active model (0 before the first).
     pub model_version: IntGauge,
+    /// 1 for the active model: `version`, `algorithm`, `threshold_method` as labels.
+    pub model_info: IntGaugeVec,
+    /// 1: `version` and `commit` of this build.
+    pub build_info: IntGaugeVec,
     /// Event time the active model was trained at, seconds since the epoch.
     pub model_trained_at: Gauge,
     /// Event time of the newest scored event minus `model_trained_at`.
@@ -311,6 +320,10 @@ impl Metrics {
     /// Creates every family on `registry` and zero-initialises the known label values.
     pub fn new(registry: &Registry) -> Result<Metrics, prometheus::Error> {
         let r = registry;
+        // CPU, memory, file descriptors and threads of this process (`process_*`).
+        r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
         let events = register(
             r,
             IntCounterVec::new(
@@ -461,6 +474,31 @@ impl Metrics {
                     "Version of the active model (0 before the first).",
                 )?,
             )?,
+            model_info: register(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "neyman_model_info",
+                        "1 for the active model, labelled with its version, algorithm and threshold method (none: no threshold).",
+                    ),
+                    &["version", "algorithm", "threshold_method"],
+                )?,
+            )?,
+            build_info: {
+                let g = register(
+                    r,
+                    IntGaugeVec::new(
+                        Opts::new(
+                            "neyman_build_info",
+                            "1, labelled with the neyman version and the git commit it was built from.",
+                        ),
+                        &["version", "commit"],
+                    )?,
+                )?;
+                g.with_label_values(&[env!("CARGO_PKG_VERSION"), BUILD_COMMIT])
+                    .set(1);
+                g
+            },
             model_trained_at: register(
                 r,
                 Gauge::new(
@@ -730,12 +768,18 @@ impl Metrics {
     pub fn set_active(
         &self,
         version: u64,
+        algorithm: &str,
         threshold_version: u64,
         trained_at_ms: i64,
         threshold: Option<&ThresholdResult>,
     ) {
         self.model_version
             .set(i64::try_from(version).unwrap_or(i64::MAX));
+        self.model_info.reset();
+        let method = threshold.map_or("none", |t| t.method.as_str());
+        self.model_info
+            .with_label_values(&[&version.to_string(), algorithm, method])
+            .set(1);
         self.threshold_version
             .set(i64::try_from(threshold_version).unwrap_or(i64::MAX));
         self.model_trained_at.set(trained_at_ms as f64 / 1000.0);
@@ -798,7 +842,19 @@ mod tests {
         m.kafka_produce_errors
             .with_label_values(&["neyman.scores"])
             .inc();
+        m.set_active(7, "usmo", 0, 1_767_225_600_000, None);
+        m.set_active(8, "tfpl", 0, 1_767_225_600_000, None);
         let text = encode(&registry).expect("encode");
+        // One info series, the active model's; the build's version and commit.
+        assert_eq!(text.matches("\nneyman_model_info{").count(), 1, "{text}");
+        assert!(text.contains(
+            "neyman_model_info{algorithm=\"tfpl\",threshold_method=\"none\",version=\"8\"} 1"
+        ));
+        assert!(text.contains(&format!(
+            "neyman_build_info{{commit=\"{BUILD_COMMIT}\",version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )));
+        assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
         for family in FAMILIES {
             assert_eq!(
                 text.matches(&format!("# TYPE {family} ")).count(),

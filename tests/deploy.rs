@@ -49,6 +49,30 @@ fn the_dashboard_charts_every_metric_family() {
     for panel in dashboard["panels"].as_array().expect("panels") {
         assert_eq!(panel["datasource"]["uid"], "${DS_PROMETHEUS}", "{panel}");
     }
+    // Every selector follows the `instance` variable, so one daemon can be looked at alone.
+    for expr in &exprs {
+        for prefix in ["neyman_", "process_"] {
+            for (at, _) in expr.match_indices(prefix) {
+                let rest = &expr[at..];
+                let name_end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                let selector = rest[name_end..]
+                    .strip_prefix('{')
+                    .and_then(|r| r.split_once('}'))
+                    .map(|(inner, _)| inner);
+                assert!(
+                    selector.is_some_and(|s| s.contains("instance=~\"$instance\"")),
+                    "{expr}: {} does not follow $instance",
+                    &rest[..name_end]
+                );
+            }
+        }
+    }
+    assert_eq!(dashboard["templating"]["list"][0]["name"], "instance");
+    assert!(dashboard["annotations"]["list"][0]["expr"]
+        .as_str()
+        .is_some_and(|e| e.contains("neyman_model_version")));
 }
 
 #[test]

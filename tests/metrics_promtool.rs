@@ -31,6 +31,7 @@ fn the_exposition_passes_promtool_check_metrics() {
     m.kafka_produce_errors
         .with_label_values(&["neyman.scores"])
         .inc();
+    m.set_active(3, "usmo", 1, 1_767_225_600_000, None);
     let text = encode(&registry).expect("encode");
     for family in FAMILIES {
         assert!(

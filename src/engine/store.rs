@@ -68,6 +68,7 @@ impl StoredModel {
     pub fn publish(&self, metrics: &crate::telemetry::Metrics) {
         metrics.set_active(
             self.meta.version,
+            self.model.algorithm(),
             self.threshold_version,
             self.meta.trained_at_ms,
             self.model.threshold(),

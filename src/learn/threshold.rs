@@ -57,6 +57,17 @@ pub enum ThresholdMethod {
     PuUmbrella,
 }
 
+impl ThresholdMethod {
+    /// The name the configuration and the model files use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThresholdMethod::Oob => "oob",
+            ThresholdMethod::Umbrella => "umbrella",
+            ThresholdMethod::PuUmbrella => "pu-umbrella",
+        }
+    }
+}
+
 /// The per-round threshold rule of [`oob`] (docs/tau-fpl.md §3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum OobRule {
