@@ -5,8 +5,14 @@
 //! (`scripts/test.sh` also runs promtool on the rules, `deploy/check_k8s.py` and
 //! `kubernetes-validate --strict` on the manifests and `systemd-analyze verify` on the unit.)
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::broker::free_port;
+use common::daemon::{Daemon, CONFIG};
 
 use neyman::config::{LoadedConfig, Role, SecurityProtocol, SourceKind};
 use neyman::telemetry::{DEPRECATED_FAMILIES, FAMILIES};
@@ -218,4 +224,54 @@ fn the_systemd_env_example_overrides_the_config() {
         Some("change-me")
     );
     assert_eq!(c.http.listen, "0.0.0.0:8787");
+}
+
+/// The Docker image's HEALTHCHECK command, exactly as the Dockerfile has it, run as the image
+/// runs it (bash, `NEYMAN_HTTP_LISTEN` set): exit 0 on a live daemon — here one still waiting
+/// for its broker, which serves `/healthz` meanwhile — and non-zero where nothing listens.
+/// The image is also stripped and runs as a non-root user.
+#[test]
+fn the_docker_healthcheck_passes_on_a_live_daemon_and_fails_without_one() {
+    let dockerfile = read("deploy/Dockerfile");
+    let json = dockerfile
+        .split("HEALTHCHECK")
+        .nth(1)
+        .and_then(|rest| rest.split_once("CMD "))
+        .and_then(|(_, cmd)| cmd.lines().next())
+        .expect("a HEALTHCHECK ... CMD [...] line");
+    let argv: Vec<String> = serde_json::from_str(json).expect("exec-form JSON array");
+    assert_eq!(argv[..2], ["bash", "-c"]);
+    assert!(dockerfile.contains("strip target/release/neyman"));
+    assert!(dockerfile.contains("USER neyman") && dockerfile.contains("--uid 10001"));
+    let check = |listen: &str| {
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("NEYMAN_HTTP_LISTEN", listen)
+            .status()
+            .expect("bash")
+    };
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let daemon = Daemon::start_config(
+        Path::new(CONFIG),
+        &dir.path().join("state"),
+        &[
+            ("NEYMAN_KAFKA_BOOTSTRAP_SERVERS", nobody.as_str()),
+            ("NEYMAN_KAFKA_CONNECT_TIMEOUT", "60s"),
+        ],
+    );
+    let listen = format!("0.0.0.0:{}", daemon.port);
+    let started = Instant::now();
+    while !check(&listen).success() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "healthcheck never passed:\n{}",
+            daemon.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    assert!(!check(&format!("0.0.0.0:{}", free_port())).success());
 }

@@ -223,6 +223,51 @@ fn ensure_topics_creates_the_six_topics_once() {
             .expect("again"),
         Vec::<String>::new()
     );
+    // Scratch topics (`bench kafka`'s) go by prefix, and only they.
+    let mut scratch = k.clone();
+    for (i, topic) in [
+        &mut scratch.topics.positive,
+        &mut scratch.topics.unlabeled,
+        &mut scratch.topics.scores,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        *topic = format!("neyman-bench-1-2.t{i}");
+    }
+    rt.block_on(kafka::ensure_topics(&admin, &scratch))
+        .expect("scratch topics");
+    let mut deleted = rt
+        .block_on(kafka::delete_topics_with_prefix(
+            &admin,
+            "neyman-bench-1-2.",
+        ))
+        .expect("deleted");
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        [
+            "neyman-bench-1-2.t0",
+            "neyman-bench-1-2.t1",
+            "neyman-bench-1-2.t2"
+        ]
+    );
+    let left: Vec<String> = admin
+        .inner()
+        .fetch_metadata(None, std::time::Duration::from_secs(10))
+        .expect("metadata")
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none())
+        .map(|t| t.name().to_string())
+        .collect();
+    assert!(
+        left.iter().all(|t| !t.starts_with("neyman-bench")),
+        "{left:?}"
+    );
+    for (_, topic) in k.topics.all() {
+        assert!(left.iter().any(|t| t == topic), "{topic} deleted: {left:?}");
+    }
 }
 
 #[test]

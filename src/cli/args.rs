@@ -315,6 +315,10 @@ pub struct BenchKafkaArgs {
     /// Events per second of the paced run.
     #[arg(long, default_value_t = 5000.0)]
     pub rate: f64,
+    /// Keep the bench's topics (`neyman-bench-<pid>-<ms>.*`) for inspection instead of
+    /// deleting them at the end.
+    #[arg(long)]
+    pub keep_topics: bool,
     /// Seed of every random draw, so a run can be repeated exactly.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

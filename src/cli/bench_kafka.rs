@@ -52,7 +52,8 @@ use crate::engine::registry::Registry;
 use crate::engine::store::ModelStore;
 use crate::stream::dlq::DlqWriter;
 use crate::stream::kafka::{
-    admin_client, consumer_config, ensure_topics, producer_config, ConsumerRole,
+    admin_client, consumer_config, delete_topics_with_prefix, ensure_topics, producer_config,
+    ConsumerRole,
 };
 use crate::stream::{Channel, Record};
 use crate::telemetry::Metrics;
@@ -472,8 +473,20 @@ pub fn kafka(args: &BenchKafkaArgs) -> Result<(), CliError> {
     config.model.algorithm = AlgorithmName::Tfpl;
     config.model.kernel = Some(KernelName::Linear);
     let result = measure(args, &config, &k, &prefix);
-    // The scratch state (the pretrained model); the topics stay for inspection.
+    // The scratch state (the pretrained model) and topics, whether the bench finished or not.
     let _ = std::fs::remove_dir_all(&state);
+    if args.keep_topics {
+        eprintln!("topics kept: {prefix}.*");
+    } else {
+        let deleted = block_on(async {
+            delete_topics_with_prefix(&admin_client(&k)?, &format!("{prefix}.")).await
+        })
+        .and_then(|r| r.map_err(failed));
+        match deleted {
+            Ok(names) => eprintln!("deleted the bench's {} topics ({prefix}.*)", names.len()),
+            Err(e) => eprintln!("warning: the bench's topics {prefix}.* are left: {e}"),
+        }
+    }
     result
 }
 

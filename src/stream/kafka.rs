@@ -379,6 +379,41 @@ pub fn wait_for_broker(
     }
 }
 
+/// Deletes every topic whose name starts with `prefix` and returns their names (for scratch
+/// topics, such as `bench kafka`'s). A topic deleted concurrently counts as deleted.
+pub async fn delete_topics_with_prefix(
+    admin: &AdminClient<Logged>,
+    prefix: &str,
+) -> Result<Vec<String>, KafkaError> {
+    let metadata = admin.inner().fetch_metadata(None, ADMIN_TIMEOUT)?;
+    let names: Vec<String> = metadata
+        .topics()
+        .iter()
+        .map(|t| t.name().to_string())
+        .filter(|name| name.starts_with(prefix))
+        .collect();
+    if names.is_empty() {
+        return Ok(names);
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let options = AdminOptions::new()
+        .operation_timeout(Some(Timeout::After(ADMIN_TIMEOUT)))
+        .request_timeout(Some(Timeout::After(ADMIN_TIMEOUT)));
+    for result in admin.delete_topics(&refs, &options).await? {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((topic, code)) => {
+                return Err(KafkaError::TopicRefused {
+                    topic,
+                    key: "bench".into(),
+                    message: format!("cannot delete it: {code}"),
+                })
+            }
+        }
+    }
+    Ok(names)
+}
+
 /// Creates the configured topics that the broker does not have yet (all six, or five without
 /// a negative topic) and returns the names it created. A topic created concurrently by someone
 /// else counts as present.
