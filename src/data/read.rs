@@ -4,10 +4,13 @@
 //! column: for CSV the field number (with the header name), for LIBSVM the whitespace-separated
 //! token number (the label is token 1).
 
+use std::cell::RefCell;
 use std::collections::hash_map::{Entry, HashMap};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::str::FromStr;
 
 use flate2::read::MultiGzDecoder;
@@ -217,17 +220,51 @@ impl Default for ReadOptions {
 /// Reads a labelled data file; a `.gz` extension means gzip (multi-member streams included).
 ///
 /// CSV gives dense rows, LIBSVM gives CSR rows. Labels must be 1, -1 or 0 (`+1`, `1.0` and the
-/// like are accepted). Blank lines are skipped; CSV fields are comma-separated without quoting.
+/// like are accepted). Blank lines are skipped; CSV follows RFC 4180 quoting.
 pub fn read(path: &Path, opts: &ReadOptions) -> Result<Dataset, DataError> {
     let format = match opts.format {
         Some(format) => format,
         None => Format::infer(path)?,
     };
-    let mut lines = Lines::open(path)?;
     match format {
-        Format::Csv => read_csv(path, &mut lines, opts),
-        Format::Libsvm => read_libsvm(path, &mut lines),
+        Format::Csv => read_csv(path, opts),
+        Format::Libsvm => read_libsvm(path, &mut Lines::open(path)?),
     }
+}
+
+/// A reader that notes the byte offset of every line end it passes on, for line numbers in
+/// errors; the CSV reader drops the offsets behind its current record, so only its read-ahead
+/// is held.
+struct NewlineOffsets<R> {
+    inner: R,
+    offset: u64,
+    newlines: Rc<RefCell<VecDeque<u64>>>,
+}
+
+impl<R: io::Read> io::Read for NewlineOffsets<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut newlines = self.newlines.borrow_mut();
+        for (i, _) in buf[..n].iter().enumerate().filter(|(_, b)| **b == b'\n') {
+            newlines.push_back(self.offset + i as u64);
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+/// The file's bytes, gunzipped when its name ends in `.gz` (multi-member streams included,
+/// because concatenated gzip files are valid gzip).
+fn open_reader(path: &Path) -> Result<Box<dyn BufRead>, DataError> {
+    let file = File::open(path).map_err(|source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(if lowercase_file_name(path).ends_with(".gz") {
+        Box::new(BufReader::new(MultiGzDecoder::new(BufReader::new(file))))
+    } else {
+        Box::new(BufReader::new(file))
+    })
 }
 
 /// Line-by-line reading into one reused buffer, counting lines.
@@ -239,18 +276,8 @@ struct Lines {
 
 impl Lines {
     fn open(path: &Path) -> Result<Lines, DataError> {
-        let file = File::open(path).map_err(|source| DataError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let reader: Box<dyn BufRead> = if lowercase_file_name(path).ends_with(".gz") {
-            // Multi-member, because concatenated gzip files are valid gzip.
-            Box::new(BufReader::new(MultiGzDecoder::new(BufReader::new(file))))
-        } else {
-            Box::new(BufReader::new(file))
-        };
         Ok(Lines {
-            reader,
+            reader: open_reader(path)?,
             buf: Vec::new(),
             number: 0,
         })
@@ -283,20 +310,76 @@ impl Lines {
     }
 }
 
-fn read_csv(path: &Path, lines: &mut Lines, opts: &ReadOptions) -> Result<Dataset, DataError> {
-    let (header_line, names) = loop {
-        match lines.next(path)? {
-            None => {
-                return Err(DataError::Empty {
+/// CSV through the `csv` crate: RFC 4180 quoting (quoted headers and fields, as R and
+/// spreadsheets write them, commas and line breaks inside quotes), fields trimmed, blank lines
+/// skipped, a leading byte-order mark ignored. Errors name the line a record starts on.
+fn read_csv(path: &Path, opts: &ReadOptions) -> Result<Dataset, DataError> {
+    let newlines = Rc::new(RefCell::new(VecDeque::new()));
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(NewlineOffsets {
+            inner: open_reader(path)?,
+            offset: 0,
+            newlines: Rc::clone(&newlines),
+        });
+    let mut record = csv::ByteRecord::new();
+    // Line ends passed so far (the csv crate's own line count skips blank lines).
+    let mut lines_before = 0usize;
+    // The next non-blank record: its line and its fields as text.
+    let mut next = |fields: &mut Vec<String>| -> Result<Option<usize>, DataError> {
+        loop {
+            let more = reader
+                .read_byte_record(&mut record)
+                .map_err(|e| DataError::Io {
                     path: path.to_path_buf(),
-                })
+                    source: io::Error::other(e),
+                })?;
+            if !more {
+                return Ok(None);
             }
-            Some((line, text)) if !text.trim().is_empty() => {
-                let names: Vec<String> = text.split(',').map(|f| f.trim().to_owned()).collect();
-                break (line, names);
+            // The record ends where the reader stands now (after its line end, if any): its
+            // first line is the lines ended before that, less its own end and the line breaks
+            // quoted inside it.
+            let end = reader.position().byte();
+            let mut ends = newlines.borrow_mut();
+            let mut terminated = false;
+            while let Some(&at) = ends.front().filter(|&&at| at < end) {
+                ends.pop_front();
+                lines_before += 1;
+                terminated = at + 1 == end;
             }
-            Some(_) => {}
+            drop(ends);
+            let inner = record
+                .iter()
+                .map(|f| f.iter().filter(|b| **b == b'\n').count())
+                .sum::<usize>();
+            let line = (lines_before + 1).saturating_sub(usize::from(terminated) + inner);
+            if record.iter().all(<[u8]>::is_empty) {
+                continue;
+            }
+            fields.clear();
+            for (i, field) in record.iter().enumerate() {
+                let field = if line == 1 && i == 0 {
+                    field.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(field)
+                } else {
+                    field
+                };
+                let text = std::str::from_utf8(field).map_err(|_| DataError::NotUtf8 {
+                    path: path.to_path_buf(),
+                    line,
+                })?;
+                fields.push(text.trim().to_owned());
+            }
+            return Ok(Some(line));
         }
+    };
+    let mut names = Vec::new();
+    let Some(header_line) = next(&mut names)? else {
+        return Err(DataError::Empty {
+            path: path.to_path_buf(),
+        });
     };
     let find = |name: &str| -> Result<usize, DataError> {
         let mut at = names.iter().enumerate().filter(|(_, n)| *n == name);
@@ -330,25 +413,22 @@ fn read_csv(path: &Path, lines: &mut Lines, opts: &ReadOptions) -> Result<Datase
     let mut labels = Vec::new();
     let mut ids = Vec::new();
     let mut first_line_of_id: HashMap<String, usize> = HashMap::new();
-    while let Some((line, text)) = lines.next(path)? {
-        if text.trim().is_empty() {
-            continue;
-        }
-        let found = text.split(',').count();
-        if found != names.len() {
+    let mut fields = Vec::new();
+    while let Some(line) = next(&mut fields)? {
+        if fields.len() != names.len() {
             return Err(DataError::Ragged {
                 path: path.to_path_buf(),
                 line,
                 expected: names.len(),
-                found,
+                found: fields.len(),
             });
         }
         let row = labels.len();
         if label_at.is_none() {
             labels.push(Label::Unlabeled);
         }
-        for (c, field) in text.split(',').enumerate() {
-            let field = field.trim();
+        for (c, field) in fields.iter().enumerate() {
+            let field = field.as_str();
             if Some(c) == label_at {
                 labels.push(parse_label(path, line, c + 1, field)?);
             }
@@ -750,6 +830,30 @@ mod tests {
         for (text, opts, want) in cases {
             assert_eq!(error("x.csv", text, opts), want);
         }
+    }
+
+    /// Issue 22: CSV as R's `write.csv` and spreadsheets write it — quoted header names and
+    /// fields, a comma or a line break inside quotes, CRLF line ends, a byte-order mark — and
+    /// errors still name the line a record starts on.
+    #[test]
+    fn csv_reads_rfc_4180_quoting() {
+        let dir = TempDir::new().unwrap();
+        let text =
+            "\u{feff}\"id\",\"a\",\"label\"\r\n\"x,1\",\"0.5\",1\r\n\r\n\"y\n2\",-2,\"-1\"\r\n";
+        let path = write(&dir, "r.csv", text.as_bytes());
+        let data = read(&path, &csv_with_ids()).unwrap();
+        assert_eq!(data.ids, ["x,1", "y\n2"]);
+        assert_eq!(data.labels, [Label::Positive, Label::Negative]);
+        let Rows::Dense(m) = &data.rows else {
+            panic!("dense rows")
+        };
+        assert_eq!(m.as_slice().expect("contiguous"), &[0.5, -2.0]);
+        // A record after a quoted line break and a blank line: its own line in the error.
+        let bad = "\"id\",\"a\",\"label\"\n\"p\nq\",1,1\n\n\"r\",zz,1\n";
+        assert_eq!(
+            error("x.csv", bad.as_bytes(), &csv_with_ids()),
+            r#"P:5:2: "zz" is not a number (column "a")"#
+        );
     }
 
     #[test]
