@@ -526,6 +526,15 @@ impl Config {
         if self.scoring.max_event_bytes == 0 {
             return bad("scoring.max_event_bytes", "must be ≥ 1".into());
         }
+        if !(1..=10_000).contains(&self.scoring.dimension_quorum) {
+            return bad(
+                "scoring.dimension_quorum",
+                format!(
+                    "must be in 1..=10000, got {}",
+                    self.scoring.dimension_quorum
+                ),
+            );
+        }
         if self.scoring.max_features == 0 {
             return bad("scoring.max_features", "must be ≥ 1".into());
         }

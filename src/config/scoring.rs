@@ -39,6 +39,15 @@ pub struct ScoringConfig {
     /// room for hashed text features.
     #[serde(default = "default_max_features")]
     pub max_features: usize,
+    /// Without `model.n_features` or a resumed model, the feature dimension is locked by this
+    /// many valid events that agree on it (dense events and sparse ones that give `dim`), so
+    /// one stray first event cannot switch the daemon off by dead-lettering every real event
+    /// after it. Events are held until then — at most 10 × the quorum of them and, on Kafka,
+    /// `max_wait` of wall-clock time; then the most common dimension locks — and the ones of
+    /// another dimension go to the DLQ as `dimension_mismatch`. `1` (or `max_wait = 0`) locks
+    /// on the first valid event. Default 10.
+    #[serde(default = "default_dimension_quorum")]
+    pub dimension_quorum: usize,
 }
 
 fn default_buffer_before_model() -> usize {
@@ -53,6 +62,9 @@ fn default_max_event_bytes() -> usize {
 fn default_max_features() -> usize {
     1 << 24
 }
+fn default_dimension_quorum() -> usize {
+    10
+}
 
 impl Default for ScoringConfig {
     fn default() -> Self {
@@ -61,6 +73,7 @@ impl Default for ScoringConfig {
             max_wait: default_max_wait(),
             max_event_bytes: default_max_event_bytes(),
             max_features: default_max_features(),
+            dimension_quorum: default_dimension_quorum(),
         }
     }
 }

@@ -70,6 +70,14 @@ use crate::stream::record::{now_ms, Record};
 use crate::stream::Channel;
 use crate::telemetry::{Answer, EventOutcome, Intake, Metrics, ANSWER_OUTCOMES, INTAKE_OUTCOMES};
 
+/// A valid event held until the dimension is locked (`scoring.dimension_quorum`).
+struct Held {
+    record: Record,
+    headers: Vec<(String, String)>,
+    /// Its feature count: its vote.
+    dim: usize,
+}
+
 /// Feedback and unlabeled outcomes remembered for the observed-FPR and flag-rate gauges.
 const ROLLING_EVENTS: usize = 1000;
 /// `neyman_scoring_latency_seconds` times one scored stream event in this many: two clock
@@ -240,6 +248,11 @@ pub struct Engine {
     windows: [Window; 3],
     limits: EventLimits,
     dim: Option<usize>,
+    /// Valid events held until `scoring.dimension_quorum` of them agree on the dimension.
+    unlocked: VecDeque<Held>,
+    /// When the oldest held event was first seen by a [`Engine::tick`] (wall clock): after
+    /// `scoring.max_wait` the most common dimension locks, so a quiet stream is answered.
+    held_since: Option<Instant>,
     /// Unlabeled events waiting for a first model, in arrival order.
     pending: VecDeque<Waiting>,
     /// `scoring.max_wait` in event-time milliseconds.
@@ -407,6 +420,8 @@ impl Engine {
             windows,
             limits,
             dim: None,
+            unlocked: VecDeque::new(),
+            held_since: None,
             pending: VecDeque::new(),
             max_wait_ms,
             max_future_ms,
@@ -588,20 +603,71 @@ impl Engine {
                 ),
             });
         }
-        if self.dim.is_none() {
-            self.dim = Some(event.x.dim());
-            // A warning: one stray first event locks a dimension that dead-letters every
-            // later event of the real one (issue 21).
-            tracing::warn!(
-                n_features = event.x.dim(),
-                id = %event.id,
-                "feature dimension locked by the first valid event; events with another count \
-                 are dead-lettered as dimension_mismatch (set model.n_features to lock it from \
-                 the configuration)"
-            );
-        }
         self.newest_ts = Some(self.newest_ts.map_or(event.ts, |t| t.max(event.ts)));
         Ok(event)
+    }
+
+    /// Locks the feature dimension (logged as a warning: it decides which events are
+    /// dead-lettered from now on) and handles the events held until now, re-read at it:
+    /// the ones of another dimension go to the DLQ as `dimension_mismatch`.
+    fn lock_dimension(&mut self, dim: usize, why: &str) -> Result<(), EngineError> {
+        self.dim = Some(dim);
+        self.held_since = None;
+        tracing::warn!(
+            n_features = dim,
+            held = self.unlocked.len(),
+            why,
+            "feature dimension locked; events with another count are dead-lettered as \
+             dimension_mismatch (set model.n_features to lock it from the configuration)"
+        );
+        while let Some(held) = self.unlocked.pop_front() {
+            match parse_event(&held.record.payload, Some(dim), &self.limits) {
+                Ok(event) => self.process(&held.record, || held.headers.clone(), event)?,
+                Err(rejection) => self.reject(&held.record, || held.headers.clone(), rejection)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Holds `event` until a dimension has `scoring.dimension_quorum` votes (dense events and
+    /// sparse ones with their own `dim` vote), or until 10 × the quorum are held: then the
+    /// most common one (the earliest among equals) locks.
+    fn hold_for_quorum(
+        &mut self,
+        record: &Record,
+        headers: impl FnOnce() -> Vec<(String, String)>,
+        event: Event,
+    ) -> Result<(), EngineError> {
+        let dim = event.x.dim();
+        self.unlocked.push_back(Held {
+            record: record.clone(),
+            headers: headers(),
+            dim,
+        });
+        let quorum = self.config.scoring.dimension_quorum;
+        let votes = self.unlocked.iter().filter(|h| h.dim == dim).count();
+        if votes >= quorum {
+            return self.lock_dimension(dim, "quorum");
+        }
+        if self.unlocked.len() >= quorum.saturating_mul(10) {
+            if let Some(best) = self.most_common_held_dimension() {
+                return self.lock_dimension(best, "most common among the held events");
+            }
+        }
+        Ok(())
+    }
+
+    /// The dimension most held events have (the earliest seen among equals).
+    fn most_common_held_dimension(&self) -> Option<usize> {
+        let mut counts: Vec<(usize, usize)> = Vec::new();
+        for h in &self.unlocked {
+            match counts.iter_mut().find(|(d, _)| *d == h.dim) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((h.dim, 1)),
+            }
+        }
+        let most = counts.iter().map(|&(_, n)| n).max()?;
+        counts.into_iter().find(|&(_, n)| n == most).map(|(d, _)| d)
     }
 
     /// Handles one message. With inline retrains, a due retrain runs to completion before
@@ -644,11 +710,32 @@ impl Engine {
         headers: impl FnOnce() -> Vec<(String, String)>,
         parsed: Option<Event>,
     ) -> Result<(), EngineError> {
-        let channel = record.channel;
         let event = match self.parse_or_take(record, parsed) {
             Ok(e) => e,
             Err(rejection) => return self.reject(record, headers, rejection),
         };
+        if self.dim.is_none() {
+            // `max_wait = 0` asks for every answer at once: nothing is held then either.
+            if self.config.scoring.dimension_quorum > 1 && !self.config.scoring.max_wait.0.is_zero()
+            {
+                return self.hold_for_quorum(record, headers, event);
+            }
+            self.lock_dimension(
+                event.x.dim(),
+                "first valid event (scoring.dimension_quorum = 1)",
+            )?;
+        }
+        self.process(record, headers, event)
+    }
+
+    /// Scores, observes and windows a valid event of the locked dimension.
+    fn process(
+        &mut self,
+        record: &Record,
+        headers: impl FnOnce() -> Vec<(String, String)>,
+        event: Event,
+    ) -> Result<(), EngineError> {
+        let channel = record.channel;
         let origin = record
             .partition
             .zip(record.offset)
@@ -1145,6 +1232,10 @@ impl Engine {
         let Ok(event) = self.parse(record) else {
             return;
         };
+        // Re-read events were accepted under a lock before the restart: they agree.
+        if self.dim.is_none() {
+            self.dim = Some(event.x.dim());
+        }
         let channel = record.channel;
         let entry = entry_of(event, record);
         if let InsertOutcome::Added { .. } = self.windows[channel_index(channel)].insert(entry) {
@@ -1156,18 +1247,35 @@ impl Engine {
     /// Per partition of `channel`'s topic, the oldest offset still in the channel's window
     /// (its low watermark). With [`Engine::owed_outputs`], what a consumer may not commit past.
     pub fn low_watermarks(&self, channel: Channel) -> BTreeMap<i32, i64> {
-        self.windows[channel_index(channel)].oldest_offset_per_partition()
+        let mut low = self.windows[channel_index(channel)].oldest_offset_per_partition();
+        // Events held for the dimension quorum are in no window yet, and must be re-read
+        // after a crash.
+        for (partition, offset) in self.held_offsets(channel) {
+            let e = low.entry(partition).or_insert(offset);
+            *e = (*e).min(offset);
+        }
+        low
+    }
+
+    fn held_offsets(&self, channel: Channel) -> impl Iterator<Item = (i32, i64)> + '_ {
+        self.unlocked
+            .iter()
+            .filter(move |h| h.record.channel == channel)
+            .filter_map(|h| h.record.partition.zip(h.record.offset))
     }
 
     /// Per partition of `channel`'s topic, the oldest offset whose output is still owed
     /// (unlabeled events waiting for a first model).
     pub fn owed_outputs(&self, channel: Channel) -> BTreeMap<i32, i64> {
         let mut low = BTreeMap::new();
-        for w in &self.pending {
-            if let Some(o) = w.origin.filter(|o| o.channel == channel) {
-                let e = low.entry(o.partition).or_insert(o.offset);
-                *e = (*e).min(o.offset);
-            }
+        let waiting = self
+            .pending
+            .iter()
+            .filter_map(|w| w.origin.filter(|o| o.channel == channel))
+            .map(|o| (o.partition, o.offset));
+        for (partition, offset) in waiting.chain(self.held_offsets(channel)) {
+            let e = low.entry(partition).or_insert(offset);
+            *e = (*e).min(offset);
         }
         low
     }
@@ -1225,6 +1333,14 @@ impl Engine {
     /// the last tick start their wall-clock wait now; those waiting `scoring.max_wait` since
     /// their first tick (or by event time) are emitted unscored.
     pub fn tick(&mut self, now: Instant) -> Result<(), EngineError> {
+        if !self.unlocked.is_empty() {
+            let since = *self.held_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= self.config.scoring.max_wait.0 {
+                if let Some(dim) = self.most_common_held_dimension() {
+                    self.lock_dimension(dim, "scoring.max_wait passed before the quorum")?;
+                }
+            }
+        }
         // Unstamped events are the newest: stamp from the back.
         for w in self.pending.iter_mut().rev() {
             if w.seen_at.is_some() {
@@ -2108,6 +2224,10 @@ impl Engine {
     /// End of input (a replay's end, a shutdown): the events still waiting for a first model
     /// are emitted as unscored (`shutdown`; never dropped), then the sinks are flushed.
     pub fn finish(&mut self) -> Result<(), EngineError> {
+        // Events still held for the dimension quorum are answered too.
+        if let Some(dim) = self.most_common_held_dimension() {
+            self.lock_dimension(dim, "the input ended before the quorum")?;
+        }
         while let Some(w) = self.pending.pop_front() {
             self.emit_unscored(&w.event, w.origin, UnscoredReason::Shutdown)?;
         }
@@ -2578,6 +2698,95 @@ mod tests {
             })
             .sum();
         assert!(old > unlabeled, "{old} vs {unlabeled}");
+    }
+
+    /// Issue 21 item 2: one stray valid 3-feature event first used to lock the dimension at 3
+    /// and dead-letter the whole bundled stream after it. With the default quorum (10
+    /// agreeing events) the stray one is the only dead letter and the stream trains at 57;
+    /// with `dimension_quorum = 1` the old lock is still there to be had.
+    #[test]
+    fn a_stray_first_event_does_not_lock_the_dimension_without_a_quorum() {
+        let stray = Record::new(
+            Channel::Unlabeled,
+            1_767_225_600_000,
+            Some("stray".into()),
+            br#"{"id":"stray","ts":1767225600000,"x":[1,2,3]}"#.to_vec(),
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, registry) = engine(dir.path(), "");
+        e.handle(&stray).expect("handled");
+        assert_eq!(e.dimension(), None);
+        feed_until_first_model(&mut e, &registry);
+        assert_eq!(e.dimension(), Some(57));
+        assert_eq!(dead_letters(&e, "dimension_mismatch"), 1);
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, _) = engine(dir.path(), "[scoring]\ndimension_quorum = 1\n");
+        e.handle(&stray).expect("handled");
+        assert_eq!(e.dimension(), Some(3));
+    }
+
+    /// Events held for the quorum count for the Kafka commit (their offsets are owed and held
+    /// back), are handled in arrival order once the lock is made, and are answered at the end
+    /// of the input even without a quorum.
+    #[test]
+    fn events_held_for_the_quorum_hold_back_the_commit_and_are_answered() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let recorded = Recorded::default();
+        let (mut e, _) = engine_with(
+            dir.path(),
+            "[scoring]\ndimension_quorum = 5\n",
+            Box::new(recorded.clone()),
+        );
+        let records: Vec<Record> = RecordReader::open(std::path::Path::new(STREAM))
+            .expect("stream")
+            .map(|r| r.expect("record"))
+            .filter(|r| r.channel == Channel::Unlabeled)
+            .take(3)
+            .enumerate()
+            .map(|(i, mut r)| {
+                r.partition = Some(0);
+                r.offset = Some(40 + i as i64);
+                r
+            })
+            .collect();
+        for r in &records {
+            e.handle(r).expect("handled");
+        }
+        assert_eq!(e.dimension(), None);
+        assert_eq!(
+            e.owed_outputs(Channel::Unlabeled),
+            BTreeMap::from([(0, 40)])
+        );
+        assert_eq!(
+            e.low_watermarks(Channel::Unlabeled),
+            BTreeMap::from([(0, 40)])
+        );
+        assert!(recorded.take().is_empty());
+        e.finish().expect("finished");
+        assert_eq!(e.dimension(), Some(57));
+        let ids: Vec<String> = recorded.take().into_iter().map(|o| o.id).collect();
+        let want: Vec<String> = records.iter().filter_map(|r| r.key.clone()).collect();
+        assert_eq!(ids, want);
+        assert!(e.owed_outputs(Channel::Unlabeled).is_empty());
+
+        // A quiet live stream: after `scoring.max_wait` of wall clock the most common
+        // dimension locks, and the held events go on (here to wait for a first model).
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, _) = engine_with(
+            dir.path(),
+            "[scoring]\ndimension_quorum = 5\nmax_wait = \"1s\"\n",
+            Box::new(Discard),
+        );
+        for r in &records {
+            e.handle(r).expect("handled");
+        }
+        let t0 = Instant::now();
+        e.tick(t0).expect("tick");
+        assert_eq!(e.dimension(), None);
+        e.tick(t0 + Duration::from_secs(1)).expect("tick");
+        assert_eq!(e.dimension(), Some(57));
+        assert_eq!(e.metrics.unscored_buffer.get(), 3);
     }
 
     /// Events dead-lettered for `reason` so far.
@@ -3726,7 +3935,7 @@ mod tests {
         // No retrain can start (too few positives): every unlabeled event waits.
         let (mut e, _) = engine_with(
             dir.path(),
-            "min_positive = 1000\n[scoring]\nmax_wait = \"100ms\"",
+            "min_positive = 1000\n[scoring]\nmax_wait = \"100ms\"\ndimension_quorum = 1",
             Box::new(out.clone()),
         );
         let max_wait = 100;
@@ -3841,7 +4050,7 @@ mod tests {
         let out = Recorded::default();
         let (mut e, _) = engine_with(
             dir.path(),
-            "min_positive = 1000\n[scoring]\nbuffer_before_model = 3",
+            "min_positive = 1000\n[scoring]\nbuffer_before_model = 3\ndimension_quorum = 1",
             Box::new(out.clone()),
         );
         for i in 0..5 {
