@@ -787,6 +787,25 @@ fn a_truncated_stream_answers_what_was_read_then_fails_naming_the_file() {
     assert!(stderr.contains("truncated.jsonl.gz"), "{stderr}");
     let scores = lines(&dir.path().join("scores.jsonl"));
     assert!(!scores.is_empty(), "{stderr}");
+    // The run's line, failed or not: the events read and how they were answered.
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(" events: ") && l.contains(" unscored, "))
+        .unwrap_or_else(|| panic!("no summary line:\n{stderr}"));
+    assert!(
+        line.contains(&format!(
+            "0 scored, {} unscored, 0 dead-lettered",
+            scores.len()
+        )),
+        "{line}"
+    );
+    let handled: usize = line
+        .split(" events: ")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(handled >= scores.len() && handled < records.len(), "{line}");
     let unlabeled = records.iter().filter(|r| r.channel == Channel::Unlabeled);
     for (s, r) in scores.iter().zip(unlabeled) {
         assert_eq!(s["id"].as_str(), r.key.as_deref(), "arrival order");

@@ -142,16 +142,10 @@ impl Summary {
     /// This summary with the answers and retrains counted by `metrics` over the run (each run
     /// has its own registry, so the counters start at zero).
     fn with_counts(self, metrics: &Metrics) -> Summary {
-        let events = |outcome: &str| -> u64 {
-            crate::telemetry::CHANNELS
-                .iter()
-                .map(|channel| metrics.events.with_label_values(&[channel, outcome]).get())
-                .sum()
-        };
         let family_sum = |family| label_counts(family).values().sum();
         let retrains = |result: &str| metrics.retrains.with_label_values(&[result]).get();
         Summary {
-            scored: events("scored"),
+            scored: metrics.answers.with_label_values(&["scored"]).get(),
             unscored: family_sum(&metrics.unscored_events),
             dead_lettered: family_sum(&metrics.dlq),
             models_swapped: retrains("swapped"),
@@ -261,20 +255,30 @@ pub fn run(
         }
     };
     let state = service.app_state(&http, limits);
-    let summary = runtime
-        .block_on(serve_while(
-            ServeWhile {
-                http,
-                state,
-                shutdown_timeout,
-                keep_serving,
-                stop,
-                cancel,
-            },
-            shutdown,
-            intake,
-        ))?
-        .with_counts(&metrics);
+    let served = runtime.block_on(serve_while(
+        ServeWhile {
+            http,
+            state,
+            shutdown_timeout,
+            keep_serving,
+            stop,
+            cancel,
+        },
+        shutdown,
+        intake,
+    ));
+    let summary = match served {
+        Ok(summary) => summary.with_counts(&metrics),
+        Err(e) => {
+            // A failed run still ends with its line: what was handled and answered before.
+            let handled = Summary {
+                handled: intake_total(&metrics),
+                ..Summary::default()
+            };
+            tracing::info!("{}", handled.with_counts(&metrics));
+            return Err(e);
+        }
+    };
     tracing::info!("{summary}");
     let report = tracker.map(|t| ReplayReport {
         prequential: t.take().finish(),
@@ -284,6 +288,19 @@ pub fn run(
         drift_detections: label_counts(&metrics.drift_detected),
     });
     Ok(Finished { summary, report })
+}
+
+/// Events handled by the intake (every outcome but `restored`, which re-reads).
+fn intake_total(metrics: &Metrics) -> u64 {
+    crate::telemetry::CHANNELS
+        .iter()
+        .flat_map(|channel| {
+            crate::telemetry::INTAKE_OUTCOMES
+                .iter()
+                .filter(|o| **o != "restored")
+                .map(move |o| metrics.intake_events.with_label_values(&[channel, o]).get())
+        })
+        .sum()
 }
 
 /// A counter family's values by its one label.
