@@ -37,6 +37,7 @@ use serde_json::json;
 use crate::config::LoadedConfig;
 use crate::data::{read, DataError, Dataset, Label, Rows};
 use crate::learn::calibrate::CalibrateError;
+use crate::learn::metrics::Confusion;
 use crate::learn::model::{Fingerprint, Model, ModelError};
 use crate::learn::prior::resolve_training_prior;
 use crate::learn::spec::{model_of, SpecError};
@@ -454,14 +455,10 @@ pub fn score(args: &ScoreArgs) -> Result<(), CliError> {
 
 /// `score`'s comparison with the file's labels at the model's threshold: positives are rows
 /// labelled 1, negatives rows labelled −1; rows labelled 0 (or a file without labels) count
-/// in neither.
+/// in neither. The counts are [`Confusion`]'s; a rate over no rows is `None` here (unknown),
+/// not its 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct LabelledAccuracy {
-    positives: usize,
-    true_positives: usize,
-    negatives: usize,
-    false_positives: usize,
-}
+struct LabelledAccuracy(Confusion);
 
 impl LabelledAccuracy {
     fn of(
@@ -469,33 +466,21 @@ impl LabelledAccuracy {
         scores: &[f64],
         threshold: Option<&ThresholdResult>,
     ) -> LabelledAccuracy {
-        let mut a = LabelledAccuracy::default();
         let Some(t) = threshold else {
-            return a;
+            return LabelledAccuracy::default();
         };
-        for (label, s) in labels.iter().zip(scores) {
-            let flagged = t.is_positive(*s);
-            match label {
-                Label::Positive => {
-                    a.positives += 1;
-                    a.true_positives += usize::from(flagged);
-                }
-                Label::Negative => {
-                    a.negatives += 1;
-                    a.false_positives += usize::from(flagged);
-                }
-                Label::Unlabeled => {}
-            }
-        }
-        a
+        let (flagged, truth): (Vec<bool>, Vec<bool>) = labels
+            .iter()
+            .zip(scores)
+            .filter(|(label, _)| **label != Label::Unlabeled)
+            .map(|(label, s)| (t.is_positive(*s), *label == Label::Positive))
+            .unzip();
+        LabelledAccuracy(Confusion::from_predictions(&flagged, &truth))
     }
 
     fn labelled(&self) -> usize {
-        self.positives + self.negatives
-    }
-
-    fn correct(&self) -> usize {
-        self.true_positives + self.negatives - self.false_positives
+        let c = self.0;
+        c.tp + c.fp + c.tn + c.fn_
     }
 
     fn rate(part: usize, whole: usize) -> Option<f64> {
@@ -503,15 +488,16 @@ impl LabelledAccuracy {
     }
 
     fn to_json(self, threshold: Option<&ThresholdResult>) -> serde_json::Value {
+        let c = self.0;
         json!({
             "labelled": self.labelled(),
-            "accuracy": Self::rate(self.correct(), self.labelled()),
-            "positives": self.positives,
-            "true_positives": self.true_positives,
-            "tpr": Self::rate(self.true_positives, self.positives),
-            "negatives": self.negatives,
-            "false_positives": self.false_positives,
-            "fpr": Self::rate(self.false_positives, self.negatives),
+            "accuracy": Self::rate(c.tp + c.tn, self.labelled()),
+            "positives": c.tp + c.fn_,
+            "true_positives": c.tp,
+            "tpr": Self::rate(c.tp, c.tp + c.fn_),
+            "negatives": c.fp + c.tn,
+            "false_positives": c.fp,
+            "fpr": Self::rate(c.fp, c.fp + c.tn),
             "threshold": threshold.map(|t| t.threshold),
         })
     }
@@ -524,12 +510,13 @@ impl std::fmt::Display for LabelledAccuracy {
             Some(r) => format!("{:.2}% ({part}/{whole})", 100.0 * r),
             None => "n/a (0 rows)".to_string(),
         };
+        let c = self.0;
         write!(
             f,
             "Accuracy = {}, FPR = {}, TPR = {}",
-            percent(self.correct(), self.labelled()),
-            percent(self.false_positives, self.negatives),
-            percent(self.true_positives, self.positives)
+            percent(c.tp + c.tn, self.labelled()),
+            percent(c.fp, c.fp + c.tn),
+            percent(c.tp, c.tp + c.fn_)
         )
     }
 }
