@@ -322,6 +322,19 @@ tau = 0.05
         if status == 503 {
             continue;
         }
+        if status == 0 {
+            // No reply at all: only the daemon's exit at the end of the replay may close a
+            // connection unanswered, so it must be gone (or going) now.
+            let closed_at = Instant::now();
+            while child.try_wait().expect("status").is_none() {
+                assert!(
+                    closed_at.elapsed() < Duration::from_secs(10),
+                    "a connection was closed without a reply while the daemon kept running"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            break;
+        }
         assert_eq!(status, 200, "{body}");
         let scores: Vec<Value> = serde_json::from_str(&body).expect("json array");
         let v = scores[0]["model_version"].as_u64().expect("version");
