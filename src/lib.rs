@@ -43,9 +43,11 @@
 //! - [`daemon`]: running the service: [`daemon::run`] wires metrics, store, registry, HTTP and
 //!   a source, and shuts down; [`daemon::replay`] drives the engine from a recorded stream
 //!   into files; [`daemon::kafka`] from Kafka topics into topics (consumer group and commits,
-//!   the producer thread, the models topic, the trainer role).
+//!   the producer thread, the models topic, the trainer role); [`daemon::posted`] from the
+//!   events posted over HTTP (`source.kind = "http"`, and between a replay's records).
 //! - [`serve`]: the HTTP API (axum on tokio, in the daemon's process): scoring requests with
-//!   the active model, model metadata, the admin rollback, `/metrics`, health and readiness;
+//!   the active model, model metadata, the admin rollback, events posted into the intake,
+//!   `/metrics`, health and readiness;
 //!   every response counted by route template.
 //! - [`cli`] and `main.rs`: the `neyman` command line (clap); `main.rs` parses, the
 //!   subcommands' work is in [`cli`].

@@ -379,3 +379,107 @@ tau = 0.05
         .count();
     assert_eq!(lines, unlabeled);
 }
+
+#[test]
+fn an_http_source_learns_from_posted_events_scores_them_and_dead_letters_the_bad_ones() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("neyman.toml");
+    std::fs::write(
+        &config,
+        r#"
+[source]
+kind = "http"
+[output]
+scores = "scores.jsonl"
+dlq = "dlq.jsonl"
+[http]
+admin_token_env = "EVENTS_TOKEN"
+[retrain]
+min_negative = 100
+[model]
+algorithm = "usmo"
+prior = 0.38
+prior_min = 0.33
+prior_max = 0.43
+tau = 0.05
+seed = 1
+"#,
+    )
+    .expect("config");
+    let token = "posted-events-token";
+    let mut daemon = common::daemon::Daemon::start_config(
+        &config,
+        &dir.path().join("state"),
+        &[("EVENTS_TOKEN", token)],
+    );
+    let port = daemon.port;
+    daemon.wait_for("the HTTP API", |m| m.contains("neyman_build_info"));
+
+    // Refused without the token, with a wrong one, on an unknown channel, a malformed body.
+    let event = r#"{"id":"a","ts":1,"x":[1,2,3]}"#;
+    let post = |path: &str, token: Option<&str>, body: &str| {
+        common::http::http_as(port, "POST", path, token, body).expect("post")
+    };
+    assert_eq!(post("/v1/events/unlabeled", None, event).0, 401);
+    assert_eq!(post("/v1/events/unlabeled", Some("wrong"), event).0, 401);
+    let (status, body) = post("/v1/events/spam", Some(token), event);
+    assert_eq!(status, 404);
+    assert!(body.contains("unknown channel"), "{body}");
+    let (status, body) = post("/v1/events/unlabeled", Some(token), "[{\"id\":");
+    assert_eq!(status, 400);
+    assert!(body.contains("invalid_json"), "{body}");
+
+    let records = bundled(2500);
+    let posted = common::http::post_events(port, token, &records);
+    assert_eq!(posted, records.len());
+    daemon.wait_for("a model trained on the posted events", |m| {
+        m.contains("\nneyman_model_info{")
+    });
+    // Now the dimension is locked at the stream's: a 3-feature event is a dead letter with
+    // its reason in the answer, and a good one is taken in the same request.
+    let good = String::from_utf8(
+        records
+            .iter()
+            .find(|r| r.channel == Channel::Unlabeled)
+            .expect("unlabeled")
+            .payload
+            .clone(),
+    )
+    .expect("utf-8")
+    .replacen("\"id\":\"", "\"id\":\"again-", 1);
+    let (status, body) = post(
+        "/v1/events/unlabeled",
+        Some(token),
+        &format!("[{good},{event}]"),
+    );
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(answer["accepted"], 1, "{answer}");
+    assert_eq!(answer["dead_letters"][0]["index"], 1, "{answer}");
+    assert_eq!(
+        answer["dead_letters"][0]["reason"], "dimension_mismatch",
+        "{answer}"
+    );
+
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "{log}");
+    let unlabeled = records
+        .iter()
+        .filter(|r| r.channel == Channel::Unlabeled)
+        .count();
+    // Every posted unlabeled event is answered once in the scores file (the last one too).
+    let scores = std::fs::read_to_string(dir.path().join("scores.jsonl")).expect("scores");
+    assert_eq!(scores.lines().count(), unlabeled + 1);
+    let scored = scores
+        .lines()
+        .filter(|l| l.contains("\"status\":\"scored\""))
+        .count();
+    assert!(scored > unlabeled / 2, "{scored} of {unlabeled} scored");
+    let dlq = std::fs::read_to_string(dir.path().join("dlq.jsonl")).expect("dlq");
+    assert_eq!(dlq.lines().count(), 1, "{dlq}");
+    assert!(dlq.contains("dimension_mismatch"), "{dlq}");
+    assert!(
+        log.contains(&format!("{} events:", posted + 2)),
+        "the summary counts every posted event: {log}"
+    );
+}

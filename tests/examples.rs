@@ -3,7 +3,8 @@
 //! daemon of the README's first command (`run --config config/neyman.toml`), and the Kafka
 //! quickstart — `scripts/dev-broker.sh`, `run --config config/kafka.toml`, `replay --to-kafka`
 //! and `examples/kafka_read_scores.py` (with `NEYMAN_PYTHON`, a Python with confluent-kafka,
-//! as in tests/kafka_interop.rs).
+//! as in tests/kafka_interop.rs); and `examples/post_events.py` on the HTTP-only daemon of
+//! `config/http.toml`.
 
 mod common;
 
@@ -135,6 +136,65 @@ fn score_sh_scores_an_event_on_the_daemon_of_the_first_command() {
     assert_eq!(batch[1]["status"], "scored");
     let (status, log) = daemon.terminate();
     assert!(status.success(), "{status}\n{log}");
+}
+
+/// README, *Feedback without Kafka*: `python3 examples/post_events.py` on the daemon of
+/// `run --config config/http.toml`, which learns from the posted events alone.
+#[test]
+fn post_events_py_feeds_the_http_only_daemon_until_it_has_a_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scores = dir.path().join("scores.jsonl");
+    let dlq = dir.path().join("dlq.jsonl");
+    let token = "change-me";
+    let daemon = Daemon::start_config(
+        &Path::new(ROOT).join("config/http.toml"),
+        &dir.path().join("state"),
+        &[
+            ("NEYMAN_OUTPUT_SCORES", scores.to_str().expect("utf-8")),
+            ("NEYMAN_OUTPUT_DLQ", dlq.to_str().expect("utf-8")),
+            ("ADMIN_TOKEN", token),
+        ],
+    );
+    let url = format!("http://127.0.0.1:{}", daemon.port);
+    let started = Instant::now();
+    while common::http::http(daemon.port, "GET", "/healthz", "").is_err() {
+        assert!(started.elapsed() < DEADLINE, "{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = Command::new("python3")
+        .args(["examples/post_events.py", &url])
+        .env("ADMIN_TOKEN", token)
+        .current_dir(ROOT)
+        .output()
+        .expect("python3");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let (mut posted, mut unlabeled) = (0, 0);
+    for line in &lines[..lines.len() - 1] {
+        // channel, events, accepted, dead-lettered
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(fields.len(), 4, "{line}");
+        assert_eq!(fields[1], fields[2], "every event accepted: {line}");
+        assert_eq!(fields[3], "0", "{line}");
+        let n: usize = fields[1].parse().expect("count");
+        posted += n;
+        if fields[0] == "unlabeled" {
+            unlabeled += n;
+        }
+    }
+    assert_eq!(posted, 3000);
+    let model: Value = serde_json::from_str(lines[lines.len() - 1]).expect("model JSON");
+    assert_eq!(model["algorithm"], "usmo", "{model}");
+    assert_eq!(model["n_features"], 57, "{model}");
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    // Every posted unlabeled event is answered in the scores file.
+    let written = std::fs::read_to_string(&scores).expect("scores");
+    assert_eq!(written.lines().count(), unlabeled, "{log}");
 }
 
 /// README, *Kafka*: the quickstart's four steps as written, on the broker of

@@ -17,7 +17,9 @@ use neyman::learn::kernel::Kernel;
 use neyman::learn::model::{toy, Model, Provenance};
 use neyman::learn::threshold::ThresholdResult;
 use neyman::learn::Scorer;
-use neyman::serve::{self, AppState, ConnectionLimits, HttpLimits, ServeError};
+use neyman::serve::{
+    self, event_feed, AppState, ConnectionLimits, EventsTarget, HttpLimits, ServeError,
+};
 use neyman::stream::EventLimits;
 use neyman::telemetry::Metrics;
 use serde_json::{json, Value};
@@ -109,6 +111,8 @@ impl Server {
                 event: EventLimits::default(),
                 connections: options.connections,
             },
+            // No engine behind this server: posted events are answered 503.
+            events: EventsTarget::Engine(event_feed().0),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("address");
@@ -562,6 +566,51 @@ async fn rollback_without_a_configured_token_is_403() {
 }
 
 #[tokio::test]
+async fn posted_events_need_the_admin_token_and_a_running_intake() {
+    let event = br#"{"id":"a","ts":1,"x":[1.0,2.0]}"#;
+    let open = Server::start(Options::default()).await;
+    let r = request(
+        open.addr,
+        "POST",
+        "/v1/events/negative",
+        &[("Authorization", "Bearer anything")],
+        event,
+    )
+    .await;
+    assert_eq!(r.status, 403, "no token configured, no posting: {}", r.body);
+    open.stop().await.expect("clean shutdown");
+
+    // This server's intake queue has no engine behind it: the answer says so, and nothing is
+    // taken silently.
+    let server = Server::start(Options {
+        admin_token: Some("events-token"),
+        ..Options::default()
+    })
+    .await;
+    let post = |path: &'static str, auth: &'static str, body: &'static [u8]| {
+        let addr = server.addr;
+        async move { request(addr, "POST", path, &[("Authorization", auth)], body).await }
+    };
+    let r = post("/v1/events/negative", "Bearer wrong", event).await;
+    assert_eq!(r.status, 401);
+    let r = post("/v1/events/labelled", "Bearer events-token", event).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = post("/v1/events/negative", "Bearer events-token", b"42").await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["reason"], "invalid_json");
+    let r = post("/v1/events/negative", "Bearer events-token", event).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("intake has ended")),
+        "{}",
+        r.body
+    );
+    server.stop().await.expect("clean shutdown");
+}
+
+#[tokio::test]
 async fn rollback_needs_the_token_and_retires_the_file() {
     const TOKEN: &str = "s3cret-admin-token";
     let dir = tempfile::tempdir().expect("temp dir");
@@ -739,6 +788,7 @@ async fn the_router_answers_without_a_socket() {
             event: EventLimits::default(),
             connections: ConnectionLimits::default(),
         },
+        events: EventsTarget::Engine(event_feed().0),
     };
     let debug = format!("{state:?}");
     assert!(

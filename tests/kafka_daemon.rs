@@ -578,6 +578,85 @@ fn without_a_broker_it_serves_http_retries_and_fails_naming_the_address() {
     );
 }
 
+#[test]
+fn events_posted_over_http_go_through_the_input_topics_and_are_scored() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = "kafka-events-token";
+    let mut daemon = Daemon::start(
+        &broker,
+        &dir.path().join("state"),
+        &[
+            ("NEYMAN_HTTP_ADMIN_TOKEN_ENV", "EVENTS_TOKEN"),
+            ("EVENTS_TOKEN", token),
+        ],
+    );
+    // The lag series appear with the first statistics of a fetched message; an empty topic
+    // has none, so the log says when the group has assigned the partitions.
+    let deadline = std::time::Instant::now() + common::daemon::DEADLINE;
+    while !daemon.log_text().contains("partitions assigned") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            daemon.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let records = stream(2500);
+    // One request by hand, to see where it went: the unlabeled topic, keyed by the event id.
+    let first = records
+        .iter()
+        .find(|r| r.channel == Channel::Unlabeled)
+        .expect("unlabeled");
+    let payload = String::from_utf8(first.payload.clone()).expect("utf-8");
+    let (status, body) = common::http::http_as(
+        daemon.port,
+        "POST",
+        "/v1/events/unlabeled",
+        Some(token),
+        &payload,
+    )
+    .expect("post");
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        answer["produced"][0]["topic"], "neyman.unlabeled",
+        "{answer}"
+    );
+    assert_eq!(answer["produced"][0]["offset"], 0, "{answer}");
+    let rest: Vec<Record> = records
+        .iter()
+        .filter(|r| !std::ptr::eq(*r, first))
+        .cloned()
+        .collect();
+    common::http::post_events(daemon.port, token, &rest);
+    let unlabeled = count(&records, Channel::Unlabeled);
+    daemon.wait_for("every posted unlabeled event answered", |m| {
+        total(m, "neyman_answers_total", "") >= unlabeled as f64
+    });
+    let scores = read_topic(&broker, "neyman.scores", unlabeled);
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "{status}\n{log}");
+    let ids: BTreeSet<&str> = scores.iter().map(|s| s.key.as_str()).collect();
+    assert_eq!(
+        ids.len(),
+        unlabeled,
+        "one answer per posted unlabeled event"
+    );
+    assert!(
+        scores
+            .iter()
+            .any(|s| s.payload.windows(17).any(|w| w == b"\"status\":\"scored\"")),
+        "some are scored"
+    );
+    let input = inputs(&broker, unlabeled);
+    assert_eq!(
+        input.get(&(0, 0)),
+        first.key.as_ref(),
+        "keyed by the event id"
+    );
+}
+
 /// Input partitions a daemon holds: one lag series each (removed when revoked).
 fn assigned_partitions(metrics: &str) -> usize {
     metrics

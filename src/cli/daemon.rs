@@ -22,16 +22,17 @@ pub fn load_config(path: &Path) -> Result<LoadedConfig, CliError> {
 
 pub fn run(args: &RunArgs, loaded: LoadedConfig) -> Result<(), CliError> {
     let config = loaded.config;
-    let source = if config.source.kind == SourceKind::Kafka {
-        Source::Kafka
-    } else {
-        let path =
-            config.source.path.clone().ok_or_else(|| {
+    let source = match config.source.kind {
+        SourceKind::Kafka => Source::Kafka,
+        SourceKind::Http => Source::Http,
+        SourceKind::Replay => {
+            let path = config.source.path.clone().ok_or_else(|| {
                 CliError::Usage("source.path: required for kind = \"replay\"".into())
             })?;
-        Source::Replay {
-            path,
-            speed: speed(args.speed.as_deref(), &config.source.speed)?,
+            Source::Replay {
+                path,
+                speed: speed(args.speed.as_deref(), &config.source.speed)?,
+            }
         }
     };
     // `run` is the service: it keeps answering HTTP after a recorded stream ends.

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 pub struct SourceConfig {
     /// `replay`: a recorded stream file (JSON Lines, optionally gzip); `kafka`: the `[kafka]`
     /// input topics, with scores and dead letters produced to its topics (`[output]` is then
-    /// not used).
+    /// not used); `http`: no stream, only the events posted to `POST /v1/events/{channel}`
+    /// (admin token required), with scores and dead letters to `[output]`. Every kind also
+    /// takes posted events.
     #[serde(default = "default_source_kind")]
     pub kind: SourceKind,
     /// The recorded stream to replay (`kind = "replay"`).
@@ -27,6 +29,7 @@ pub struct SourceConfig {
 pub enum SourceKind {
     Replay,
     Kafka,
+    Http,
 }
 
 fn default_source_kind() -> SourceKind {

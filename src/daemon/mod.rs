@@ -1,5 +1,6 @@
-//! Running the service: the [`Engine`] fed from a recorded stream ([`replay`]) or from Kafka
-//! ([`kafka`]), the HTTP API beside it, and the shutdown.
+//! Running the service: the [`Engine`] fed from a recorded stream ([`replay`]), from Kafka
+//! ([`kafka`]) or from events posted over HTTP ([`posted`]), the HTTP API beside it, and the
+//! shutdown.
 //!
 //! [`run`] is the library entry the `run` and `replay` commands call: it builds what every
 //! daemon shares (metrics on an injected registry, the model store, the registry of the active
@@ -14,12 +15,17 @@
 //! `realtime` and `xN` sleep between records by their event-time gaps. On Kafka, missing
 //! topics are created, the group is joined, and at shutdown outputs are drained (at most
 //! `log.shutdown_timeout`), offsets committed and the group left; `[source] path` and
-//! `[output]` are not used. [`baseline`] runs a replayed stream through the streaming baseline
-//! of `replay --baseline`.
+//! `[output]` are not used. With `source.kind = "http"` the only input is
+//! `POST /v1/events/{channel}`: live, with retrains on the training thread ([`trainer`]) and the
+//! wall clock for `scoring.max_wait`, until `shutdown`. A replay takes posted events between
+//! its records, a Kafka source produces them to its input topics. [`baseline`] runs a
+//! replayed stream through the streaming baseline of `replay --baseline`.
 
 pub mod baseline;
 pub mod kafka;
+pub mod posted;
 pub mod replay;
+mod trainer;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -35,7 +41,7 @@ use crate::engine::prequential::{Prequential, PrequentialReport};
 use crate::engine::registry::Registry;
 use crate::engine::store::ModelStore;
 use crate::files::{ExclusiveLock, LockError};
-use crate::serve::{bind, serve, AppState, HttpLimits};
+use crate::serve::{bind, serve, AppState, EventsTarget, HttpLimits};
 use crate::stream::EventLimits;
 use crate::telemetry::Metrics;
 
@@ -77,6 +83,8 @@ pub enum Source {
     Replay { path: PathBuf, speed: Option<f64> },
     /// The `[kafka]` topics.
     Kafka,
+    /// Only the events posted to `POST /v1/events/{channel}`, until `shutdown`.
+    Http,
 }
 
 /// How to run, besides the configuration.
@@ -184,6 +192,7 @@ pub fn run(
     // The `[kafka]` section is checked before anything is created.
     let source = match options.source {
         Source::Replay { path, speed } => Input::Replay { path, speed },
+        Source::Http => Input::Http,
         Source::Kafka => Input::Kafka(Box::new(config.kafka.clone().ok_or_else(|| {
             DaemonError::Usage("source.kind = \"kafka\" needs a [kafka] section".into())
         })?)),
@@ -205,6 +214,8 @@ pub fn run(
     let stop = Arc::new(AtomicBool::new(false));
     let cancel = Arc::clone(&service.cancel);
     let mut tracker = None;
+    let (feed, posted) = crate::serve::event_feed();
+    let mut events = EventsTarget::Engine(feed);
     let (intake, keep_serving): (Intake, bool) = match source {
         Input::Replay { path, speed } => {
             let files = replay::file_outputs(&config.output)?;
@@ -220,10 +231,31 @@ pub fn run(
             let reader = replay::open(&path)?;
             let stop = Arc::clone(&stop);
             let labels = tracker.clone();
-            let intake = move || replay::run(engine, reader, speed, &stop, labels.as_ref());
+            let posted = replay::PostedEvents {
+                feed: Some(posted),
+                serve_after: options.keep_serving,
+            };
+            let intake =
+                move || replay::run(engine, reader, speed, &stop, labels.as_ref(), &posted);
             (Box::new(intake), options.keep_serving)
         }
+        Input::Http => {
+            let outputs = Box::new(replay::file_outputs(&config.output)?);
+            let engine = service.engine(&config, outputs, options.resume)?;
+            let stop = Arc::clone(&stop);
+            let intake = move || {
+                let handled = posted::run(engine, &posted, &stop)?;
+                Ok(Summary {
+                    handled,
+                    ..Summary::default()
+                })
+            };
+            (Box::new(intake), false)
+        }
         Input::Kafka(k) => {
+            events = EventsTarget::Forward(Arc::new(kafka::ToTopics(
+                crate::stream::kafka::EventProducer::new(&k)?,
+            )));
             // Connecting runs behind the HTTP API (live, not ready), so a probe sees a live
             // process while the broker is awaited (`kafka.connect_timeout`).
             let admin = crate::stream::kafka::admin_client(&k)?;
@@ -254,7 +286,7 @@ pub fn run(
             (Box::new(intake), false)
         }
     };
-    let state = service.app_state(&http, limits);
+    let state = service.app_state(&http, limits, events);
     let served = runtime.block_on(serve_while(
         ServeWhile {
             http,
@@ -344,6 +376,7 @@ pub async fn shutdown_signal() {
 enum Input {
     Replay { path: PathBuf, speed: Option<f64> },
     Kafka(Box<crate::config::KafkaConfig>),
+    Http,
 }
 
 /// A source's loop, run on a blocking thread.
@@ -417,7 +450,7 @@ impl Service {
         }
     }
 
-    fn app_state(self, http: &HttpConfig, limits: EventLimits) -> AppState {
+    fn app_state(self, http: &HttpConfig, limits: EventLimits, events: EventsTarget) -> AppState {
         AppState {
             registry: self.registry,
             store: Some(self.store),
@@ -425,6 +458,7 @@ impl Service {
             prometheus: self.prometheus,
             admin_token: self.admin_token,
             limits: HttpLimits::new(http, limits),
+            events,
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -174,6 +175,38 @@ fn warn_cut(path: &Path, bytes: u64) {
     }
 }
 
+/// The events posted to the HTTP API during a replay.
+pub struct PostedEvents {
+    /// The queue from `POST /v1/events/*`; `None` takes none.
+    pub feed: Option<Receiver<crate::serve::Posted>>,
+    /// Keep taking them after the end of the stream (`replay --serve`, `run`).
+    pub serve_after: bool,
+}
+
+impl PostedEvents {
+    /// Takes the requests already queued, showing their records to the `tracker` first.
+    fn take_queued(
+        &self,
+        engine: &mut Engine,
+        tracker: Option<&Tracker>,
+    ) -> Result<u64, DaemonError> {
+        let Some(feed) = &self.feed else {
+            return Ok(0);
+        };
+        let mut handled = 0;
+        while let Ok(request) = feed.try_recv() {
+            if let Some(tracker) = tracker {
+                request
+                    .records
+                    .iter()
+                    .for_each(|r| tracker.observe_record(r));
+            }
+            handled += super::posted::take(engine, request)?;
+        }
+        Ok(handled)
+    }
+}
+
 /// The recorded stream at `path`.
 pub fn open(path: &Path) -> Result<RecordReader, DaemonError> {
     RecordReader::open(path).map_err(|e| DaemonError::file(path, e))
@@ -231,21 +264,32 @@ fn read_ahead(
 /// are bounded by event time only (`scoring.max_wait`), even when paced, so a replay's
 /// outputs never depend on the machine's speed. With a `speed`, sleeps between
 /// records by their event-time gaps divided by it.
+///
+/// Events posted to the HTTP API (`posted`) are taken between records (every read-ahead
+/// batch, and while pacing); with `serve_after`, the engine goes on taking them after the end
+/// of the stream until `stop` ([`super::posted::run`]).
 pub fn run(
     mut engine: Engine,
     reader: RecordReader,
     speed: Option<f64>,
     stop: &AtomicBool,
     tracker: Option<&Tracker>,
+    posted: &PostedEvents,
 ) -> Result<Summary, DaemonError> {
     let started = Instant::now();
     let mut first_ts = None;
     let mut handled = 0u64;
     let (batches, reading) = read_ahead(reader, engine.preparse());
     let mut unreadable = None;
-    for (record, parsed) in batches.iter().flatten() {
+    let records = batches
+        .iter()
+        .flat_map(|batch| (batch.into_iter().enumerate()).map(|(i, item)| (i == 0, item)));
+    for (batch_start, (record, parsed)) in records {
         if stop.load(Ordering::SeqCst) {
             break;
+        }
+        if batch_start {
+            handled += posted.take_queued(&mut engine, tracker)?;
         }
         let record = match record {
             Ok(record) => record,
@@ -275,6 +319,7 @@ pub fn run(
                     break;
                 }
                 std::thread::sleep(wait.min(Duration::from_millis(100)));
+                handled += posted.take_queued(&mut engine, tracker)?;
             }
         }
         if let Some(tracker) = tracker {
@@ -292,12 +337,24 @@ pub fn run(
             "the recorded stream's reading thread panicked",
         ));
     }
-    engine.finish().map_err(DaemonError::runtime)?;
     if let Some(e) = unreadable {
+        engine.finish().map_err(DaemonError::runtime)?;
         tracing::error!(events = handled, error = %e, "the recorded stream ends unreadable");
         return Err(DaemonError::runtime(e));
     }
     tracing::info!(events = handled, "end of the recorded stream");
+    if let Some(feed) = &posted.feed {
+        handled += super::posted::take_queued(&mut engine, feed)?;
+    }
+    // The end of the stream answers what still waits, whatever comes after, so a replay's
+    // outputs stay the same with and without `--serve`.
+    engine.finish().map_err(DaemonError::runtime)?;
+    if let (Some(feed), true) = (&posted.feed, posted.serve_after) {
+        if !stop.load(Ordering::SeqCst) {
+            tracing::info!("taking events posted to /v1/events until SIGINT or SIGTERM");
+            handled += super::posted::run(engine, feed, stop)?;
+        }
+    }
     Ok(Summary {
         handled,
         ..Summary::default()

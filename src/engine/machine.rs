@@ -127,6 +127,15 @@ impl GateReason {
     }
 }
 
+/// What became of one event handed to [`Engine::handle_answered`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Taken {
+    /// Taken in: scored, windowed, held for the dimension quorum, or a duplicate id.
+    Accepted,
+    /// Written to the dead-letter output, for this reason.
+    DeadLettered(Rejection),
+}
+
 /// How one retrain ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RetrainOutcome {
@@ -704,16 +713,41 @@ impl Engine {
         self.handle_parsed(record, headers, None)
     }
 
+    /// [`Engine::handle`], saying what became of the event: the answer `POST /v1/events` gives.
+    /// An event held for the dimension quorum is `Accepted`; if the lock later goes to another
+    /// dimension, it is dead-lettered then, like a held stream event.
+    pub fn handle_answered(&mut self, record: &Record) -> Result<Taken, EngineError> {
+        match self.parse(record) {
+            Ok(event) => {
+                self.handle_valid(record, || record.headers.clone(), event)?;
+                Ok(Taken::Accepted)
+            }
+            Err(rejection) => {
+                self.reject(record, || record.headers.clone(), rejection.clone())?;
+                Ok(Taken::DeadLettered(rejection))
+            }
+        }
+    }
+
     fn handle_parsed(
         &mut self,
         record: &Record,
         headers: impl FnOnce() -> Vec<(String, String)>,
         parsed: Option<Event>,
     ) -> Result<(), EngineError> {
-        let event = match self.parse_or_take(record, parsed) {
-            Ok(e) => e,
-            Err(rejection) => return self.reject(record, headers, rejection),
-        };
+        match self.parse_or_take(record, parsed) {
+            Ok(event) => self.handle_valid(record, headers, event),
+            Err(rejection) => self.reject(record, headers, rejection),
+        }
+    }
+
+    /// Holds a valid event for the dimension quorum, or handles it at the locked dimension.
+    fn handle_valid(
+        &mut self,
+        record: &Record,
+        headers: impl FnOnce() -> Vec<(String, String)>,
+        event: Event,
+    ) -> Result<(), EngineError> {
         if self.dim.is_none() {
             // `max_wait = 0` asks for every answer at once: nothing is held then either.
             if self.config.scoring.dimension_quorum > 1 && !self.config.scoring.max_wait.0.is_zero()

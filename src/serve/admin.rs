@@ -63,7 +63,7 @@ pub(super) async fn rollback(
 
 /// 403 when no token is configured, 401 (with a `WWW-Authenticate: Bearer` challenge) when the
 /// request has no bearer token or the wrong one.
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = &state.admin_token else {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,

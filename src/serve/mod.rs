@@ -9,6 +9,7 @@
 //! | `GET /v1/model` | the active model's metadata and threshold |
 //! | `GET /v1/models` | the remembered models, newest first, with which one is active |
 //! | `POST /v1/model/rollback` | admin (bearer token): reinstate the previous model |
+//! | `POST /v1/events/{channel}` | admin (bearer token): events into the daemon's intake |
 //! | `GET /metrics` | Prometheus text exposition |
 //! | `GET /healthz`, `GET /readyz` | liveness; readiness (a model is active) |
 //!
@@ -18,16 +19,20 @@
 //!
 //! The daemon starts it with [`bind`] and [`serve`] on an [`AppState`]; tests drive
 //! [`router`] directly. Handlers by route: `score` (scoring), `model` (model metadata and the
-//! remembered models), `admin` (rollback); health, readiness and `/metrics` are here; `listen`
+//! remembered models), `admin` (rollback and the bearer token), `events` (events posted into the intake); health, readiness and `/metrics` are here; `listen`
 //! accepts connections within [`ConnectionLimits`] (a cap that evicts idle connections, a
 //! header-read timeout, graceful shutdown). Every request has `request_timeout` (408), and the
 //! `/v1/*` routes share `max_concurrent_requests`.
 
 mod admin;
+mod events;
 mod listen;
 mod model;
 mod score;
 
+pub use events::{
+    event_feed, EventFeed, EventsTarget, Forward, ForwardError, Forwarded, Forwarding, Posted,
+};
 pub use listen::ConnectionLimits;
 
 use std::future::Future;
@@ -35,7 +40,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -109,6 +114,8 @@ pub struct AppState {
     /// The admin bearer token; `None` disables the admin routes (403).
     pub admin_token: Option<Secret>,
     pub limits: HttpLimits,
+    /// Where `POST /v1/events/{channel}` sends the events.
+    pub events: EventsTarget,
 }
 
 type Shared = Arc<AppState>;
@@ -122,6 +129,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/model", get(model::active))
         .route("/v1/models", get(model::list))
         .route("/v1/model/rollback", post(admin::rollback))
+        .route("/v1/events/{channel}", post(events::post))
         .route_layer(GlobalConcurrencyLimitLayer::new(
             limits.max_concurrent_requests,
         ));
@@ -180,7 +188,7 @@ pub async fn serve(
 pub(crate) struct ApiError {
     status: StatusCode,
     body: Map<String, Value>,
-    www_authenticate: Option<&'static str>,
+    headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl ApiError {
@@ -190,7 +198,7 @@ impl ApiError {
         ApiError {
             status,
             body,
-            www_authenticate: None,
+            headers: Vec::new(),
         }
     }
 
@@ -201,8 +209,16 @@ impl ApiError {
     }
 
     /// Sets the `WWW-Authenticate` challenge a 401 must carry (RFC 7235).
-    pub(crate) fn challenge(mut self, challenge: &'static str) -> ApiError {
-        self.www_authenticate = Some(challenge);
+    pub(crate) fn challenge(self, challenge: &'static str) -> ApiError {
+        self.header(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(challenge),
+        )
+    }
+
+    /// Adds a response header.
+    pub(crate) fn header(mut self, name: HeaderName, value: HeaderValue) -> ApiError {
+        self.headers.push((name, value));
         self
     }
 
@@ -218,12 +234,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(Value::Object(self.body))).into_response();
-        if let Some(challenge) = self.www_authenticate {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(challenge),
-            );
-        }
+        response.headers_mut().extend(self.headers);
         response
     }
 }

@@ -39,7 +39,7 @@ pub(super) async fn score(
 }
 
 /// The body extractor's rejection as a JSON error; its status is kept (413 over the limit).
-fn body_error(e: &BytesRejection, limit: usize) -> ApiError {
+pub(super) fn body_error(e: &BytesRejection, limit: usize) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -134,7 +134,7 @@ fn score_timed(
     Ok(out)
 }
 
-fn malformed(message: impl Into<String>) -> ApiError {
+pub(super) fn malformed(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, message)
         .with("reason", RejectReason::InvalidJson.as_str())
 }

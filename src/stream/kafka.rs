@@ -708,6 +708,109 @@ pub async fn publish(
     Ok(sent)
 }
 
+/// Where one produced record landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Produced {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Produces events posted to the HTTP API into the input topic of their channel, for the
+/// daemon's consumers to take like any other message (`POST /v1/events/*` on a Kafka source).
+pub struct EventProducer {
+    producer: FutureProducer<Logged>,
+    positive: String,
+    unlabeled: String,
+    negative: Option<String>,
+}
+
+impl fmt::Debug for EventProducer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventProducer")
+            .field("positive", &self.positive)
+            .field("unlabeled", &self.unlabeled)
+            .field("negative", &self.negative)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventProducer {
+    /// An idempotent producer with `[kafka]`'s settings (it connects on first use).
+    pub fn new(k: &KafkaConfig) -> Result<EventProducer, KafkaError> {
+        Ok(EventProducer {
+            producer: create_client(k, &producer_config(k), Logged("events"))?,
+            positive: k.topics.positive.clone(),
+            unlabeled: k.topics.unlabeled.clone(),
+            negative: k.topics.negative.clone(),
+        })
+    }
+
+    /// The input topic of `channel`, if it has one.
+    pub fn topic(&self, channel: Channel) -> Option<&str> {
+        match channel {
+            Channel::Positive => Some(&self.positive),
+            Channel::Unlabeled => Some(&self.unlabeled),
+            Channel::Negative => self.negative.as_deref(),
+        }
+    }
+
+    /// Produces `records` in order, each keyed by its payload's string `id` when it has one
+    /// (so one id stays on one partition, as `stream make` keys), stamped with its `ts`;
+    /// returns once all are acknowledged, or the first failure.
+    pub async fn produce(&self, records: &[Record]) -> Result<Vec<Produced>, KafkaError> {
+        #[derive(serde::Deserialize)]
+        struct Id<'a> {
+            #[serde(borrow)]
+            id: Option<&'a str>,
+        }
+        let mut pending = Vec::with_capacity(records.len());
+        for (i, rec) in records.iter().enumerate() {
+            let index = i as u64 + 1;
+            let topic = self.topic(rec.channel).ok_or(KafkaError::NoTopic {
+                index,
+                channel: rec.channel,
+            })?;
+            let key = serde_json::from_slice::<Id<'_>>(&rec.payload)
+                .ok()
+                .and_then(|parsed| parsed.id);
+            let mut message = FutureRecord::to(topic)
+                .payload(&rec.payload)
+                .timestamp(rec.ts);
+            if let Some(key) = key {
+                message = message.key(key);
+            }
+            let delivery =
+                self.producer
+                    .send_result(message)
+                    .map_err(|(e, _)| KafkaError::Delivery {
+                        index,
+                        topic: topic.to_string(),
+                        message: e.to_string(),
+                    })?;
+            pending.push((index, topic, delivery));
+        }
+        let mut produced = Vec::with_capacity(pending.len());
+        for (index, topic, delivery) in pending {
+            let failed = |message: String| KafkaError::Delivery {
+                index,
+                topic: topic.to_string(),
+                message,
+            };
+            match delivery.await {
+                Ok(Ok(delivered)) => produced.push(Produced {
+                    topic: topic.to_string(),
+                    partition: delivered.partition,
+                    offset: delivered.offset,
+                }),
+                Ok(Err((e, _))) => return Err(failed(e.to_string())),
+                Err(_) => return Err(failed("the producer was dropped".into())),
+            }
+        }
+        Ok(produced)
+    }
+}
+
 async fn await_delivery(pending: Option<(u64, &str, DeliveryFuture)>) -> Result<(), KafkaError> {
     let Some((index, topic, delivery)) = pending else {
         return Ok(());

@@ -35,12 +35,12 @@
 //! rebalance), but their offsets are no longer committed here.
 //! This room is split by concern: `produce` (the producer thread and the engine's Kafka
 //! outputs), `group` (group membership, restores and commits), `models` (the models topic of
-//! trainers and scorers) and `trainer` (the training thread); this file holds the loop.
+//! trainers and scorers); this file holds the loop. Deferred retrains run on
+//! [`super::trainer`]'s thread.
 
 mod group;
 mod models;
 mod produce;
-mod trainer;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,12 +55,15 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
+use super::trainer::{finish_training, Trainer};
 use super::Summary;
 use crate::config::{KafkaConfig, Role};
 use crate::engine::machine::{Engine, EngineError};
+use crate::serve::{Forward, ForwardError, Forwarded, Forwarding};
 use crate::stream::kafka::{
     consumer_config, create_client, headers_of, input_topics, model_producer_config,
-    model_reader_config, producer_config, read_without_headers, ConsumerRole, CreateError, Logged,
+    model_reader_config, producer_config, read_without_headers, ConsumerRole, CreateError,
+    EventProducer, Logged,
 };
 use crate::stream::offsets::{InputPartition, OffsetBook};
 use crate::stream::record::Record;
@@ -70,7 +73,6 @@ use group::{commit_both, Assigned, Committer, DoneContext, GroupContext};
 use models::{ModelContext, ModelLink};
 pub use produce::KafkaOutputs;
 use produce::{Delivery, DeliveryContext, Outbox, Produce, ProduceThread, Producing, SharedOutbox};
-use trainer::{finish_training, Trainer};
 
 /// Messages handled per round of the loop at most.
 const BATCH: usize = 256;
@@ -395,6 +397,36 @@ pub fn run(
     drop(lp);
     leave_group(consumer);
     result.map(|()| summary)
+}
+
+/// `POST /v1/events/*` on a Kafka source: the events go to their channel's input topic.
+#[derive(Debug)]
+pub struct ToTopics(pub EventProducer);
+
+impl Forward for ToTopics {
+    fn forward(&self, records: Vec<Record>) -> Forwarding<'_> {
+        Box::pin(async move {
+            if let Some(r) = records.iter().find(|r| self.0.topic(r.channel).is_none()) {
+                return Err(ForwardError::NoTopic(format!(
+                    "this daemon has no {} topic (kafka.topics.{} is not set)",
+                    r.channel, r.channel
+                )));
+            }
+            let produced = self
+                .0
+                .produce(&records)
+                .await
+                .map_err(|e| ForwardError::Failed(e.to_string()))?;
+            Ok(produced
+                .into_iter()
+                .map(|p| Forwarded {
+                    topic: p.topic,
+                    partition: p.partition,
+                    offset: p.offset,
+                })
+                .collect())
+        })
+    }
 }
 
 /// [`run`]'s loop and drain, up to the consumer's close.

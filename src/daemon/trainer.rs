@@ -5,13 +5,13 @@ use std::thread::JoinHandle;
 
 use crate::engine::machine::{Engine, RetrainJob, TrainedRetrain};
 
-pub(super) struct Trainer {
-    pub(super) handle: JoinHandle<()>,
+pub(crate) struct Trainer {
+    pub(crate) handle: JoinHandle<()>,
     result: mpsc::Receiver<TrainedRetrain>,
 }
 
 impl Trainer {
-    pub(super) fn start(job: RetrainJob) -> std::io::Result<Trainer> {
+    pub(crate) fn start(job: RetrainJob) -> std::io::Result<Trainer> {
         let (tx, result) = mpsc::channel();
         let handle = std::thread::Builder::new()
             .name("neyman-train".into())
@@ -22,7 +22,7 @@ impl Trainer {
     }
 
     /// The result if training ended: `Some(Ok)` trained, `Some(Err)` the thread died.
-    pub(super) fn poll(&self) -> Option<Result<TrainedRetrain, String>> {
+    pub(crate) fn poll(&self) -> Option<Result<TrainedRetrain, String>> {
         match self.result.try_recv() {
             Ok(trained) => Some(Ok(trained)),
             Err(mpsc::TryRecvError::Empty) => None,
@@ -32,7 +32,7 @@ impl Trainer {
         }
     }
 
-    pub(super) fn wait(self) -> Result<TrainedRetrain, String> {
+    pub(crate) fn wait(self) -> Result<TrainedRetrain, String> {
         let trained = self
             .result
             .recv()
@@ -42,7 +42,7 @@ impl Trainer {
     }
 }
 
-pub(super) fn finish_training(engine: &mut Engine, result: Result<TrainedRetrain, String>) {
+pub(crate) fn finish_training(engine: &mut Engine, result: Result<TrainedRetrain, String>) {
     match result {
         Ok(trained) => {
             engine.complete_retrain(trained);
