@@ -5,7 +5,7 @@
 # tests/kafka.rs (tansu 0.6.0, fetched by scripts/tansu.sh), exported as TANSU_BIN; curl for
 # the README's HTTP example (tests/examples.rs);
 # Python confluent-kafka for the interoperability test, exported as NEYMAN_PYTHON; all
-# cached under ~/.cache.
+# cached under ~/.cache. cargo-deny (scripts/deny.sh) checks the dependencies first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -99,6 +99,9 @@ if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all -- --check
 fi
 cargo build --locked --all-targets
+
+# Supply chain: advisories, licenses, bans and sources of every dependency (deny.toml).
+bash scripts/deny.sh
 
 # The systemd unit, checked against the binary just built (systemd-analyze needs ExecStart to
 # exist). Debian `systemd` provides systemd-analyze when the machine lacks it.

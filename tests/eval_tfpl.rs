@@ -753,3 +753,43 @@ fn pu_umbrella_keeps_the_fpr_and_a_useful_tpr_on_spambase_and_shuttle() {
         }
     }
 }
+
+/// `--jobs` only changes how many threads run the repeats: every split draws from its own
+/// seed, so the report is the same; a run without a terminal prints its progress as lines.
+#[test]
+fn jobs_run_repeats_in_parallel_with_the_same_report_and_progress_lines() {
+    let args = |jobs: &'static str| {
+        vec![
+            "eval",
+            "--algo",
+            "tfpl",
+            "--data",
+            HEART,
+            "--tau",
+            "0.1",
+            "--repeats",
+            "4",
+            "--seed",
+            "7",
+            "--cv",
+            "2",
+            "--jobs",
+            jobs,
+            "--report",
+            "json",
+        ]
+    };
+    let (code, one, stderr_one) = neyman(&args("1"));
+    assert_eq!(code, 0, "{stderr_one}");
+    let (code, two, stderr_two) = neyman(&args("2"));
+    assert_eq!(code, 0, "{stderr_two}");
+    assert_eq!(one, two, "--jobs changed the report");
+    // The last line counts every split (stderr is not a terminal here).
+    assert!(
+        stderr_two.contains("evaluating tfpl: 4/4 splits"),
+        "{stderr_two}"
+    );
+    let (code, _, stderr) = neyman(&args("0"));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--jobs must be at least 1"), "{stderr}");
+}

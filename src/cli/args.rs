@@ -796,6 +796,10 @@ pub struct EvalArgs {
     /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
+    /// Threads running the repeats in parallel (default: every core); the results do not
+    /// depend on it.
+    #[arg(long)]
+    pub jobs: Option<usize>,
     /// No progress output, warnings only.
     #[arg(long)]
     pub quiet: bool,

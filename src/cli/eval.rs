@@ -22,7 +22,8 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
 use super::args::{AlgorithmName, EvalArgs, ProtocolArg, ReportFormat};
-use super::{read_data, usmo_params, with_spinner, CliError};
+use super::progress::Progress;
+use super::{read_data, usmo_params, CliError};
 use crate::data::{Dataset, Label};
 use crate::learn::metrics::{f1_for, mean_sd, roc_auc, Confusion, F1Class};
 use crate::learn::spec::usmo_scaler;
@@ -169,41 +170,40 @@ fn run_repeat(
     })
 }
 
-/// `repeats` independent jobs `work(0..repeats)` on up to `available_parallelism` scoped
-/// threads, each thread taking a contiguous block; results in repeat order, the first error
-/// (in repeat order) wins.
+/// Runs `work(r)` for every repeat `r` on a pool of `jobs` threads (rayon; `--jobs`), the
+/// results in repeat order whatever order they finish in, counting each finished repeat in
+/// `progress`. Every repeat draws from its own seed, so the results do not depend on `jobs`.
 pub(super) fn run_repeats<T: Send>(
     repeats: usize,
+    jobs: usize,
+    progress: &Progress,
     work: impl Fn(usize) -> Result<T, CliError> + Sync,
 ) -> Result<Vec<T>, CliError> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(repeats)
-        .max(1);
-    let block = repeats.div_ceil(threads);
-    let mut slots: Vec<Option<Result<T, CliError>>> = (0..repeats).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        for (t, chunk) in slots.chunks_mut(block).enumerate() {
-            let work = &work;
-            scope.spawn(move || {
-                for (k, slot) in chunk.iter_mut().enumerate() {
-                    *slot = Some(work(t * block + k));
-                }
-            });
-        }
-    });
-    let mut results = Vec::with_capacity(repeats);
-    for slot in slots {
-        match slot {
-            Some(r) => results.push(r?),
-            None => {
-                return Err(CliError::Usage(
-                    "an evaluation worker did not finish".into(),
-                ))
-            }
-        }
+    use rayon::prelude::*;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs.min(repeats).max(1))
+        .thread_name(|i| format!("neyman-eval-{i}"))
+        .build()
+        .map_err(|e| CliError::Usage(format!("--jobs {jobs}: cannot start the threads: {e}")))?;
+    pool.install(|| {
+        (0..repeats)
+            .into_par_iter()
+            .map(|r| {
+                let out = work(r);
+                progress.inc();
+                out
+            })
+            .collect()
+    })
+}
+
+/// `--jobs`: the threads to run repeats on; by default every core.
+pub(super) fn jobs(asked: Option<usize>) -> Result<usize, CliError> {
+    match asked {
+        Some(0) => Err(CliError::Usage("--jobs must be at least 1".into())),
+        Some(n) => Ok(n),
+        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
     }
-    Ok(results)
 }
 
 /// Whether the flags ask for the transductive protocol (`--transductive` or `--protocol
@@ -262,11 +262,12 @@ pub(super) fn pu_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliErr
         data.rows.n_features(),
     )?;
 
-    let results = with_spinner(args.quiet, "evaluating usmo", || {
-        run_repeats(args.repeats, |r| {
-            run_repeat(args, labeled_fraction, transductive, &data, r, cancel)
-        })
+    let jobs = jobs(args.jobs)?;
+    let progress = Progress::new(args.quiet, "evaluating usmo", args.repeats, "splits");
+    let results = run_repeats(args.repeats, jobs, &progress, |r| {
+        run_repeat(args, labeled_fraction, transductive, &data, r, cancel)
     })?;
+    drop(progress);
 
     let pick = |f: fn(&Outcome) -> f64| results.iter().map(f).collect::<Vec<_>>();
     let (accuracy_mean, accuracy_sd) = mean_sd(&pick(|o| o.accuracy));

@@ -24,6 +24,7 @@ mod np_eval;
 pub mod plot;
 mod plot_blocks;
 pub mod prior;
+mod progress;
 pub mod stream;
 
 use std::io::{IsTerminal, Write};

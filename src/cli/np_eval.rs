@@ -75,10 +75,11 @@ use super::args::{
     AlgorithmName, CompareArg, EvalArgs, ModelArgs, ReportFormat, ThresholdName, DEFAULT_REG,
 };
 use super::baselines::svm_cells;
-use super::eval::{choose_lambda, run_repeats, stratified_split, transductive};
+use super::eval::{choose_lambda, jobs, run_repeats, stratified_split, transductive};
 use super::np_cells::{Cell, Method, Plan, TestPart};
 use super::plot::{roc_points, write_roc_svg, RocCurve, RocPlot};
-use super::{read_data, tfpl_params, usmo_params, with_spinner, CliError};
+use super::progress::Progress;
+use super::{read_data, tfpl_params, usmo_params, CliError};
 use crate::data::{Dataset, Label, Rows, Scaler};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::{f1_for, mean_sd, np_score, Confusion, F1Class};
@@ -942,10 +943,13 @@ pub(super) fn np_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliErr
             )?;
         }
     }
+    let jobs = jobs(args.jobs)?;
     let message = format!("evaluating {}", plan.methods[0].name());
-    let splits = with_spinner(args.quiet, &message, || {
-        run_repeats(args.repeats, |r| run_split(&plan, &data, r, cancel))
+    let progress = Progress::new(args.quiet, &message, args.repeats, "splits");
+    let splits = run_repeats(args.repeats, jobs, &progress, |r| {
+        run_split(&plan, &data, r, cancel)
     })?;
+    drop(progress);
 
     let mut summaries = Vec::new();
     for (t, (&tau, &rank_tau)) in plan.taus.iter().zip(&plan.rank_taus).enumerate() {

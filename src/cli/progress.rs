@@ -1,0 +1,136 @@
+//! Progress of a long command on stderr: on a terminal an indicatif bar with counts and ETA;
+//! otherwise (a CI log, a pipe, systemd) one line every [`LOG_EVERY`] and at the end, so a
+//! long run is never silent; nothing with `--quiet`.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// How often the line of a non-terminal run is written.
+pub const LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Counts finished units of work out of a known total; shared by the workers (`&Progress`).
+pub struct Progress {
+    what: String,
+    unit: &'static str,
+    total: u64,
+    output: Output,
+}
+
+enum Output {
+    Quiet,
+    Bar(ProgressBar),
+    Lines {
+        done: AtomicU64,
+        started: Instant,
+        last: Mutex<Instant>,
+    },
+}
+
+impl Progress {
+    /// `what` names the work (`evaluating usmo`), `unit` what is counted (`splits`).
+    pub fn new(quiet: bool, what: &str, total: usize, unit: &'static str) -> Progress {
+        let total = total as u64;
+        let output = if quiet {
+            Output::Quiet
+        } else if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new(total);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {pos}/{len} {prefix} {elapsed}, ETA {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_message(what.to_owned());
+            bar.set_prefix(unit);
+            bar.enable_steady_tick(Duration::from_millis(200));
+            Output::Bar(bar)
+        } else {
+            let now = Instant::now();
+            Output::Lines {
+                done: AtomicU64::new(0),
+                started: now,
+                last: Mutex::new(now),
+            }
+        };
+        Progress {
+            what: what.to_owned(),
+            unit,
+            total,
+            output,
+        }
+    }
+
+    /// One more unit finished.
+    pub fn inc(&self) {
+        match &self.output {
+            Output::Quiet => {}
+            Output::Bar(bar) => bar.inc(1),
+            Output::Lines {
+                done,
+                started,
+                last,
+            } => {
+                let done = done.fetch_add(1, Ordering::SeqCst) + 1;
+                let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+                if done == self.total || last.elapsed() >= LOG_EVERY {
+                    *last = Instant::now();
+                    eprintln!("{}", self.line(done, started.elapsed()));
+                }
+            }
+        }
+    }
+
+    /// `evaluating usmo: 12/50 splits, 31 s, ETA 98 s`.
+    fn line(&self, done: u64, elapsed: Duration) -> String {
+        let eta = match done {
+            0 => "unknown".to_owned(),
+            _ => {
+                let left = elapsed.as_secs_f64() * (self.total - done.min(self.total)) as f64
+                    / done as f64;
+                format!("{left:.0} s")
+            }
+        };
+        format!(
+            "{}: {done}/{} {}, {:.0} s, ETA {eta}",
+            self.what,
+            self.total,
+            self.unit,
+            elapsed.as_secs_f64()
+        )
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Output::Bar(bar) = &self.output {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_says_counts_elapsed_and_a_linear_eta() {
+        let p = Progress::new(true, "evaluating usmo", 50, "splits");
+        assert_eq!(
+            p.line(10, Duration::from_secs(20)),
+            "evaluating usmo: 10/50 splits, 20 s, ETA 80 s"
+        );
+        assert_eq!(
+            p.line(0, Duration::ZERO),
+            "evaluating usmo: 0/50 splits, 0 s, ETA unknown"
+        );
+        assert_eq!(
+            p.line(50, Duration::from_secs(100)),
+            "evaluating usmo: 50/50 splits, 100 s, ETA 0 s"
+        );
+    }
+}
