@@ -32,7 +32,7 @@ fn init_tracing(default_level: &str, json: bool) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter);
     if json {
-        builder.json().init();
+        builder.event_format(cli::log::JsonLines).init();
     } else {
         builder.init();
     }

@@ -602,6 +602,19 @@ fn events_posted_over_http_go_through_the_input_topics_and_are_scored() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // JSON logs write lists as arrays.
+    let log = daemon.log_text();
+    let assigned: Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["fields"]["message"] == "partitions assigned")
+        .expect("the assignment's log line is JSON");
+    assert!(
+        assigned["fields"]["partitions"]
+            .as_array()
+            .is_some_and(|a| a.contains(&Value::from("neyman.unlabeled[0]"))),
+        "{assigned}"
+    );
     let records = stream(2500);
     // One request by hand, to see where it went: the unlabeled topic, keyed by the event id.
     let first = records

@@ -19,6 +19,7 @@ pub mod bench_kafka;
 pub mod daemon;
 mod eval;
 pub mod kafka;
+pub mod log;
 mod np_cells;
 mod np_eval;
 pub mod plot;

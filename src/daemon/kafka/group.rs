@@ -206,6 +206,15 @@ fn publish_lags<'a>(metrics: &Metrics, group: &str, offsets: impl Iterator<Item 
     }
 }
 
+/// Partitions as `topic[partition]` names: a list of strings, which JSON logs write as an
+/// array (src/cli/log.rs).
+fn named(partitions: &[(String, i32)]) -> Vec<String> {
+    partitions
+        .iter()
+        .map(|(topic, partition)| format!("{topic}[{partition}]"))
+        .collect()
+}
+
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
@@ -214,7 +223,7 @@ impl ConsumerContext for GroupContext {
                 .kafka_rebalances
                 .with_label_values(&["revoke"])
                 .inc();
-            tracing::info!(partitions = ?revoked, "partitions revoked");
+            tracing::info!(partitions = ?named(&revoked), "partitions revoked");
             let points = lock(&self.commit_points).clone();
             // A revoked partition's lag is another member's to report now.
             for (topic, partition) in &revoked {
@@ -239,7 +248,7 @@ impl ConsumerContext for GroupContext {
                     .kafka_rebalances
                     .with_label_values(&["assign"])
                     .inc();
-                tracing::info!(partitions = ?assigned, "partitions assigned");
+                tracing::info!(partitions = ?named(&assigned), "partitions assigned");
                 lock(&self.changes).push(GroupChange::Assigned(assigned));
             }
             Rebalance::Error(e) => {
