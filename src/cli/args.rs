@@ -233,6 +233,9 @@ pub struct StreamMakeArgs {
     /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
+    /// No progress output (a bar on a terminal, else a line every 5 s).
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// `stream make --drift`.

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::args::{ReportFormat, StreamMakeArgs};
+use super::progress::Progress;
 use super::{write_atomic_with, CliError};
 use crate::data::read;
 use crate::stream::make::{Drift, MakeError, MakeParams, StreamMaker};
@@ -45,6 +46,14 @@ pub fn make(args: &StreamMakeArgs) -> Result<(), CliError> {
         feedback_delay_ms: args.feedback_delay_ms,
     };
     let maker = StreamMaker::new(&data, &params).map_err(|e| make_error(&args.data, e))?;
+    // Exact, except that delayed feedback copies (--feedback-delay-ms) add a few more.
+    let (at_least, exactly) = maker.size_hint();
+    let progress = Progress::new(
+        args.quiet,
+        "making the stream",
+        exactly.unwrap_or(at_least),
+        "events",
+    );
     let mut channels: BTreeMap<Channel, usize> = Channel::ALL.iter().map(|&c| (c, 0)).collect();
     let mut true_positives: BTreeMap<Channel, usize> = channels.clone();
     let (mut first_ts, mut last_ts, mut events, mut drifted) = (None, None, 0usize, 0usize);
@@ -69,6 +78,7 @@ pub fn make(args: &StreamMakeArgs) -> Result<(), CliError> {
             first_ts.get_or_insert(record.ts);
             last_ts = Some(record.ts);
             events += 1;
+            progress.inc();
             writer
                 .write(&record)
                 .map_err(|e| write_error(&args.out, e))?;
@@ -76,6 +86,7 @@ pub fn make(args: &StreamMakeArgs) -> Result<(), CliError> {
         writer.finish().map_err(|e| write_error(&args.out, e))?;
         Ok(())
     })?;
+    drop(progress);
     let count = |c: Channel| channels.get(&c).copied().unwrap_or(0);
     let positives_in = |c: Channel| true_positives.get(&c).copied().unwrap_or(0);
     let report = json!({

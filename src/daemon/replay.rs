@@ -15,7 +15,7 @@ use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::prequential::Prequential;
 use crate::engine::scoring::ScoreOutput;
 use crate::stream::dlq::{DlqRecord, DlqWriter, UnreadableLine};
-use crate::stream::record::{Record, RecordError, RecordReader};
+use crate::stream::record::{FilePosition, Record, RecordError, RecordReader};
 use crate::stream::{Channel, Event};
 
 /// Scores as JSON lines to a writer (a file or stdout, named in errors), dead letters to a
@@ -207,6 +207,50 @@ impl PostedEvents {
     }
 }
 
+/// A log line every [`PROGRESS_EVERY`] while a replay runs: events so far, how far into the
+/// file (compressed bytes for a `.gz`) and the time left at that pace.
+struct ReplayProgress {
+    position: FilePosition,
+    started: Instant,
+    last: Instant,
+}
+
+/// How often a replay logs its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+impl ReplayProgress {
+    fn new(position: FilePosition) -> ReplayProgress {
+        let now = Instant::now();
+        ReplayProgress {
+            position,
+            started: now,
+            last: now,
+        }
+    }
+
+    fn report(&mut self, events: u64) {
+        if self.last.elapsed() < PROGRESS_EVERY {
+            return;
+        }
+        self.last = Instant::now();
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let read = self.position.read();
+        match self.position.size.filter(|&size| size > 0 && read > 0) {
+            Some(size) => {
+                let share = (read as f64 / size as f64).min(1.0);
+                let eta_seconds = (elapsed * (1.0 - share) / share).round();
+                tracing::info!(
+                    events,
+                    percent = (share * 100.0).round(),
+                    eta_seconds,
+                    "replaying"
+                );
+            }
+            None => tracing::info!(events, seconds = elapsed.round(), "replaying"),
+        }
+    }
+}
+
 /// The recorded stream at `path`.
 pub fn open(path: &Path) -> Result<RecordReader, DaemonError> {
     RecordReader::open(path).map_err(|e| DaemonError::file(path, e))
@@ -279,6 +323,7 @@ pub fn run(
     let started = Instant::now();
     let mut first_ts = None;
     let mut handled = 0u64;
+    let mut progress = ReplayProgress::new(reader.position());
     let (batches, reading) = read_ahead(reader, engine.preparse());
     let mut unreadable = None;
     let records = batches
@@ -290,6 +335,7 @@ pub fn run(
         }
         if batch_start {
             handled += posted.take_queued(&mut engine, tracker)?;
+            progress.report(handled);
         }
         let record = match record {
             Ok(record) => record,

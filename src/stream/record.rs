@@ -16,8 +16,10 @@
 //! the record is returned and intake validation turns it into a dead letter.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use base64::Engine;
 use flate2::read::MultiGzDecoder;
@@ -229,6 +231,37 @@ pub struct RecordReader {
     line: usize,
     buf: Vec<u8>,
     done: bool,
+    position: FilePosition,
+}
+
+/// How far into its file a [`RecordReader`] has read (compressed bytes for a `.gz`), for
+/// progress reports; clones share the count.
+#[derive(Debug, Clone, Default)]
+pub struct FilePosition {
+    read: Arc<AtomicU64>,
+    /// The file's size when it was opened; `None` for a reader over another input.
+    pub size: Option<u64>,
+}
+
+impl FilePosition {
+    /// Bytes of the file read so far.
+    pub fn read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
+    }
+}
+
+/// A file that counts the bytes read from it into a [`FilePosition`].
+struct Counted {
+    file: File,
+    read: Arc<AtomicU64>,
+}
+
+impl Read for Counted {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
 }
 
 impl RecordReader {
@@ -238,12 +271,28 @@ impl RecordReader {
             path: path.to_owned(),
             source,
         })?;
+        let position = FilePosition {
+            read: Arc::default(),
+            size: file.metadata().ok().map(|m| m.len()),
+        };
+        let file = Counted {
+            file,
+            read: Arc::clone(&position.read),
+        };
         let input: Box<dyn BufRead + Send> = if is_gzip_path(path) {
             Box::new(BufReader::new(MultiGzDecoder::new(BufReader::new(file))))
         } else {
             Box::new(BufReader::new(file))
         };
-        Ok(RecordReader::new(path, input))
+        Ok(RecordReader {
+            position,
+            ..RecordReader::new(path, input)
+        })
+    }
+
+    /// How far into the file this reader is.
+    pub fn position(&self) -> FilePosition {
+        self.position.clone()
     }
 
     /// Reads already-decompressed lines from `input`; `name` is used in error messages.
@@ -254,6 +303,7 @@ impl RecordReader {
             line: 0,
             buf: Vec::new(),
             done: false,
+            position: FilePosition::default(),
         }
     }
 
@@ -470,11 +520,13 @@ mod tests {
             w.finish().unwrap();
             let bytes = std::fs::read(&path).unwrap();
             assert_eq!(bytes.starts_with(&[0x1f, 0x8b]), name.ends_with(".gz"));
-            let back: Vec<Record> = RecordReader::open(&path)
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
+            let reader = RecordReader::open(&path).unwrap();
+            let position = reader.position();
+            assert_eq!(position.size, Some(bytes.len() as u64));
+            let back: Vec<Record> = reader.collect::<Result<_, _>>().unwrap();
             assert_eq!(back, records);
+            // Every byte of the file was read, compressed or not (the replay's progress).
+            assert_eq!(position.read(), bytes.len() as u64);
         }
     }
 
