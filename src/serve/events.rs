@@ -35,10 +35,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use super::score::{body_error, malformed};
+use super::score::{batch_items, body_error, json_body, malformed};
 use super::{admin, ApiError, Shared};
 use crate::engine::machine::Taken;
-use crate::stream::event::RejectReason;
 use crate::stream::record::{now_ms, Record};
 use crate::stream::Channel;
 
@@ -152,39 +151,16 @@ pub(super) async fn post(
 
 /// The body's events as records of `channel`, arriving now.
 fn records(body: &[u8], channel: Channel, max_batch: usize) -> Result<Vec<Record>, ApiError> {
-    let text = std::str::from_utf8(body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("the request body is not UTF-8: {e}"),
-        )
-        .with("reason", RejectReason::InvalidUtf8.as_str())
-    })?;
-    if text.trim().is_empty() {
-        return Err(malformed(
-            "the request body is empty; send an event object or an array of events",
-        ));
-    }
-    let raw: &RawValue =
-        serde_json::from_str(text).map_err(|e| malformed(format!("malformed JSON body: {e}")))?;
-    let raw = raw.get().trim_start();
+    let raw = json_body(body)?;
     let items: Vec<&RawValue> = if raw.starts_with('{') {
         vec![serde_json::from_str(raw).map_err(|e| malformed(format!("malformed JSON: {e}")))?]
     } else if raw.starts_with('[') {
-        serde_json::from_str(raw).map_err(|e| malformed(format!("malformed JSON body: {e}")))?
+        batch_items(raw, max_batch)?
     } else {
         return Err(malformed(
             "the request body must be an event object or an array of event objects",
         ));
     };
-    if items.len() > max_batch {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "{} events in one request, http.max_batch is {max_batch}",
-                items.len()
-            ),
-        ));
-    }
     let ts = now_ms();
     Ok(items
         .into_iter()

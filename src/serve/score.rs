@@ -53,7 +53,10 @@ pub(super) fn body_error(e: &BytesRejection, limit: usize) -> ApiError {
     }
 }
 
-fn score_body(state: &AppState, model: &StoredModel, body: &[u8]) -> Result<Response, ApiError> {
+/// The body as the text of one JSON value (leading space trimmed): 400 when it is not UTF-8,
+/// empty, or not JSON. Syntax is checked for the whole body first, so a malformed body is
+/// reported with serde_json's line and column in the body rather than in one event.
+pub(super) fn json_body(body: &[u8]) -> Result<&str, ApiError> {
     let text = std::str::from_utf8(body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -66,11 +69,29 @@ fn score_body(state: &AppState, model: &StoredModel, body: &[u8]) -> Result<Resp
             "the request body is empty; send an event object or an array of events",
         ));
     }
-    // Syntax first, for the whole body, so a malformed body is reported with serde_json's
-    // line and column in the body rather than in one event.
     let raw: &RawValue =
         serde_json::from_str(text).map_err(|e| malformed(format!("malformed JSON body: {e}")))?;
-    let raw = raw.get().trim_start();
+    Ok(raw.get().trim_start())
+}
+
+/// The events of a JSON array body, at most `max_batch` (413 beyond).
+pub(super) fn batch_items(raw: &str, max_batch: usize) -> Result<Vec<&RawValue>, ApiError> {
+    let items: Vec<&RawValue> =
+        serde_json::from_str(raw).map_err(|e| malformed(format!("malformed JSON body: {e}")))?;
+    if items.len() > max_batch {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "{} events in one request, http.max_batch is {max_batch}",
+                items.len()
+            ),
+        ));
+    }
+    Ok(items)
+}
+
+fn score_body(state: &AppState, model: &StoredModel, body: &[u8]) -> Result<Response, ApiError> {
+    let raw = json_body(body)?;
     let n_features = model.model.n_features();
     if raw.starts_with('{') {
         let (event, ts_given) = parse(raw, n_features, state)
@@ -86,18 +107,7 @@ fn score_body(state: &AppState, model: &StoredModel, body: &[u8]) -> Result<Resp
             "the request body must be an event object or an array of event objects",
         ));
     }
-    let items: Vec<&RawValue> =
-        serde_json::from_str(raw).map_err(|e| malformed(format!("malformed JSON body: {e}")))?;
-    let max = state.limits.max_batch;
-    if items.len() > max {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "{} events in one request, http.max_batch is {max}",
-                items.len()
-            ),
-        ));
-    }
+    let items = batch_items(raw, state.limits.max_batch)?;
     let mut events = Vec::with_capacity(items.len());
     let mut ts_given = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
