@@ -1603,7 +1603,7 @@ fn train_fits_the_scaler_on_the_scorer_training_rows_only() {
 #[test]
 fn bench_projection_reports_medians_and_linear_visits() {
     for (n, fraction) in [("2000", "0.0001"), ("2000", "0.5"), ("3000", "1")] {
-        let r = neyman(&[
+        let run = neyman(&[
             "bench",
             "projection",
             "--n",
@@ -1615,8 +1615,14 @@ fn bench_projection_reports_medians_and_linear_visits() {
             "--report",
             "json",
         ])
-        .ok()
-        .json();
+        .ok();
+        // Progress goes to stderr (a line, stderr not being a terminal), the report to stdout.
+        assert!(
+            run.stderr.contains("bench projection: 1/1 repeats"),
+            "{}",
+            run.stderr
+        );
+        let r = run.json();
         let n: u64 = n.parse().unwrap();
         assert_eq!(u64_of(&r, "m"), n);
         let k = u64_of(&r, "k");

@@ -11,6 +11,7 @@ use serde_json::json;
 use super::args::{
     BenchProjectionArgs, BenchReplayArgs, BenchScoringArgs, BenchTfplArgs, ReportFormat,
 };
+use super::progress::Progress;
 use super::{read_model, CliError};
 use crate::config::LoadedConfig;
 use crate::daemon::baseline::online_lr;
@@ -68,7 +69,8 @@ pub fn projection(args: &BenchProjectionArgs) -> Result<(), CliError> {
     let mut ws = ProjectionWorkspace::default();
     let failed = |e| CliError::Training(format!("projection failed: {e}"));
     let (mut dc, mut sort, mut stream, mut visits) = (Vec::new(), Vec::new(), Vec::new(), 0);
-    for _ in 0..args.repeats {
+    let progress = Progress::new(false, "bench projection", args.repeats, "repeats");
+    for _ in progress.over(0..args.repeats) {
         let start = Instant::now();
         let stats = project(&a0, &b0, k, &mut alpha, &mut beta, &mut ws).map_err(failed)?;
         dc.push(start.elapsed().as_secs_f64());
@@ -197,7 +199,8 @@ pub fn scoring(args: &BenchScoringArgs) -> Result<(), CliError> {
     let (mut rbf_ours, mut rbf_naive, mut lin_ours, mut lin_plain) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut worst_diff: f64 = 0.0;
-    for _ in 0..args.repeats {
+    let progress = Progress::new(false, "bench scoring", 2 * args.repeats, "repeats");
+    for _ in progress.over(0..args.repeats) {
         rbf_ours.push(time(&mut || rbf.decision_dense(scaled_view, &mut out)));
         rbf_naive.push(time(&mut || {
             naive_rbf(&rbf, gamma, &flat, d, &mut reference)
@@ -221,7 +224,7 @@ pub fn scoring(args: &BenchScoringArgs) -> Result<(), CliError> {
     }
     // The whole in-process path (scaling included) for the model as it is.
     let mut full = Vec::new();
-    for _ in 0..args.repeats {
+    for _ in progress.over(0..args.repeats) {
         full.push(time(&mut || model.score_batch(&raw_rows, &mut out)));
     }
     let (ro, rn, lo, lp, fm) = (
@@ -301,7 +304,8 @@ pub fn tfpl(args: &BenchTfplArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     // ratios.
     let mut seconds = vec![Vec::with_capacity(args.repeats); factors.len()];
     let mut reports = vec![None; factors.len()];
-    for _ in 0..args.repeats {
+    let progress = Progress::new(false, "bench tfpl", args.repeats, "repeats");
+    for _ in progress.over(0..args.repeats) {
         for (i, set) in sets.iter().enumerate() {
             let start = Instant::now();
             let fit = params
@@ -406,7 +410,8 @@ pub fn replay(args: &BenchReplayArgs, loaded: LoadedConfig) -> Result<(), CliErr
     let (mut daemon_seconds, mut baseline_seconds) = (0.0, 0.0);
     let mut events_read = 0u64;
     let mut last = None;
-    for round in 0..args.rounds {
+    let progress = Progress::new(false, "bench replay", args.rounds, "rounds");
+    for round in progress.over(0..args.rounds) {
         let dir = std::env::temp_dir().join(format!(
             "neyman-bench-replay-{}-{round}",
             std::process::id()

@@ -44,6 +44,7 @@ use rdkafka::ClientContext;
 use serde_json::json;
 
 use super::args::{BenchKafkaArgs, ReportFormat};
+use super::progress::Progress;
 use super::CliError;
 use crate::config::{AlgorithmName, Config, KafkaConfig, KernelName, LoadedConfig};
 use crate::daemon::replay::FileOutputs;
@@ -522,7 +523,8 @@ fn measure(
     let n = args.events;
     let consume = consume_only(&bulk, &bulk.topics.unlabeled, n)?;
     let mut rounds = Vec::with_capacity(args.rounds);
-    for round in 0..args.rounds {
+    let progress = Progress::new(false, "bench kafka", args.rounds, "rounds");
+    for round in progress.over(0..args.rounds) {
         let mut k = bulk.clone();
         k.group_id = format!("{}.round{round}", bulk.group_id);
         let raw = raw_loop(&k, &k.topics.unlabeled, &raw_out.topics.unlabeled, n)?;

@@ -94,6 +94,16 @@ impl Progress {
         }
     }
 
+    /// `items`, one unit counted as each item's work ends: when the next item is asked for,
+    /// and after the last.
+    pub fn over<I: Iterator>(&self, items: I) -> Over<'_, I> {
+        Over {
+            progress: self,
+            items,
+            started: false,
+        }
+    }
+
     /// `evaluating usmo: 12/50 splits, 31 s, ETA 98 s`.
     fn line(&self, done: u64, elapsed: Duration) -> String {
         let eta = match done {
@@ -114,6 +124,25 @@ impl Progress {
     }
 }
 
+/// The iterator of [`Progress::over`].
+pub struct Over<'a, I> {
+    progress: &'a Progress,
+    items: I,
+    started: bool,
+}
+
+impl<I: Iterator> Iterator for Over<'_, I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        if self.started {
+            self.progress.inc();
+        }
+        self.started = true;
+        self.items.next()
+    }
+}
+
 impl Drop for Progress {
     fn drop(&mut self) {
         if let Output::Bar(bar) = &self.output {
@@ -125,6 +154,21 @@ impl Drop for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn over_counts_each_item_once_its_work_is_done() {
+        let p = Progress::new(false, "counting", 3, "items");
+        let Output::Lines { done, .. } = &p.output else {
+            // A terminal runs these tests: nothing to count here.
+            return;
+        };
+        let mut seen = Vec::new();
+        for i in p.over(0..3) {
+            seen.push((i, done.load(Ordering::Relaxed)));
+        }
+        assert_eq!(seen, vec![(0, 0), (1, 1), (2, 2)]);
+        assert_eq!(done.load(Ordering::Relaxed), 3);
+    }
 
     #[test]
     fn the_line_says_counts_elapsed_and_a_linear_eta() {
