@@ -9,8 +9,9 @@
 //! [`bench`](mod@bench) and [`bench_kafka`] (`bench ...`), `eval` (the PU evaluation), `np_eval` (the
 //! Neyman–Pearson protocol) with `np_cells` (its plan and per-split cells) and `baselines`
 //! (the linear-SVM baselines it compares against), [`plot`] (ROC plots), `plot_blocks` (the
-//! per-block chart of `replay --plot`) and [`prior`] (bounds on the positive share of a file's
-//! unlabeled rows).
+//! per-block chart of `replay --plot`), [`prior`] (bounds on the positive share of a file's
+//! unlabeled rows), `progress` (counts and ETA of long commands on stderr) and [`log`] (the
+//! JSON log lines of `log.format = "json"`).
 
 pub mod args;
 mod baselines;
