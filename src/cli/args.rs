@@ -90,8 +90,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_resume: bool,
     /// Worker threads of the async runtime (HTTP); the event loop and training run on their
-    /// own thread, so the output does not depend on it.
-    #[arg(long, default_value_t = 2)]
+    /// own thread, so the output does not depend on it. One is enough for the API (scoring
+    /// runs on blocking threads), and memory that one worker frees while another idles stays
+    /// resident until the idle one wakes (src/daemon/memory.rs).
+    #[arg(long, default_value_t = 1)]
     pub threads: usize,
 }
 
@@ -112,8 +114,9 @@ pub struct ReplayArgs {
     /// exits at the end of its input).
     #[arg(long, visible_alias = "serve")]
     pub keep_serving: bool,
-    /// Worker threads of the async runtime (HTTP); the output does not depend on it.
-    #[arg(long, default_value_t = 2)]
+    /// Worker threads of the async runtime (HTTP); the output does not depend on it. One is
+    /// enough for the API (scoring runs on blocking threads); see `run --threads`.
+    #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// At the end, print the prequential report on stdout: per block of --block unlabeled
     /// outputs, the observed FPR and TPR against the events' truth (meta.label, or a later

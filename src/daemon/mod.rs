@@ -19,10 +19,12 @@
 //! `POST /v1/events/{channel}`: live, with retrains on the training thread ([`trainer`]) and the
 //! wall clock for `scoring.max_wait`, until `shutdown`. A replay takes posted events between
 //! its records, a Kafka source produces them to its input topics. [`baseline`] runs a
-//! replayed stream through the streaming baseline of `replay --baseline`.
+//! replayed stream through the streaming baseline of `replay --baseline`. Idle async workers
+//! return freed memory to the system ([`memory`]).
 
 pub mod baseline;
 pub mod kafka;
+mod memory;
 pub mod posted;
 pub mod replay;
 mod trainer;
@@ -478,11 +480,14 @@ fn lock_state_dir(dir: &std::path::Path) -> Result<ExclusiveLock, DaemonError> {
 }
 
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, DaemonError> {
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
+        .on_thread_park(memory::on_park)
         .enable_all()
         .build()
-        .map_err(DaemonError::runtime)
+        .map_err(DaemonError::runtime)?;
+    runtime.spawn(memory::sweep());
+    Ok(runtime)
 }
 
 /// The HTTP side of a run and the flags that stop its intake.

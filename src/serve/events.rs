@@ -25,8 +25,6 @@ use std::pin::Pin;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -35,7 +33,8 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use super::score::{batch_items, body_error, json_body, malformed};
+use super::body::RequestBody;
+use super::score::{batch_items, json_body, malformed};
 use super::{admin, ApiError, Shared};
 use crate::engine::machine::Taken;
 use crate::stream::record::{now_ms, Record};
@@ -107,13 +106,12 @@ pub(super) async fn post(
     State(state): State<Shared>,
     Path(channel): Path<String>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: RequestBody,
 ) -> Result<Response, ApiError> {
     let channel: Channel = channel
         .parse()
         .map_err(|e: String| ApiError::new(StatusCode::NOT_FOUND, e))?;
     admin::authorize(&state, &headers)?;
-    let body = body.map_err(|e| body_error(&e, state.limits.max_body_bytes))?;
     let records = records(&body, channel, state.limits.max_batch)?;
     let feed = match &state.events {
         EventsTarget::Engine(feed) => feed.clone(),

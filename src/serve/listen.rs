@@ -26,6 +26,11 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
+
+/// Largest read buffer of one connection (hyper's default is 408 KiB): an upload streams
+/// through it into the request's own buffer (`serve/body.rs`), so more only costs memory that
+/// the allocator keeps after the connection closes.
+const READ_BUFFER_BYTES: usize = 64 << 10;
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
@@ -218,6 +223,7 @@ pub(super) async fn accept(
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)
+                .max_buf_size(READ_BUFFER_BYTES)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
             // `let _` drops the borrow of the flag before anything else is awaited.

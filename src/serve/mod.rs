@@ -19,12 +19,14 @@
 //!
 //! The daemon starts it with [`bind`] and [`serve`] on an [`AppState`]; tests drive
 //! [`router`] directly. Handlers by route: `score` (scoring), `model` (model metadata and the
-//! remembered models), `admin` (rollback and the bearer token), `events` (events posted into the intake); health, readiness and `/metrics` are here; `listen`
+//! remembered models), `admin` (rollback and the bearer token), `events` (events posted into the intake), `body` (request bodies read
+//! into one buffer, a large one in its own memory map); health, readiness and `/metrics` are here; `listen`
 //! accepts connections within [`ConnectionLimits`] (a cap that evicts idle connections, a
 //! header-read timeout, graceful shutdown). Every request has `request_timeout` (408), and the
 //! `/v1/*` routes share `max_concurrent_requests`.
 
 mod admin;
+mod body;
 mod events;
 mod listen;
 mod model;

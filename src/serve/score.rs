@@ -10,14 +10,13 @@
 
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::value::RawValue;
 
+use super::body::RequestBody;
 use super::{ApiError, AppState, Shared};
 use crate::engine::scoring::{score_batch, ScoreOutput, ScoringError};
 use crate::engine::store::StoredModel;
@@ -26,9 +25,8 @@ use crate::stream::event::{parse_event_with, Event, RejectReason, Rejection};
 
 pub(super) async fn score(
     State(state): State<Shared>,
-    body: Result<Bytes, BytesRejection>,
+    body: RequestBody,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|e| body_error(&e, state.limits.max_body_bytes))?;
     // The one registry load of this request.
     let model = state.registry.active().ok_or_else(ApiError::no_model)?;
     // Parsing and kernel scoring are CPU work: keep them off the async workers, which must
@@ -36,21 +34,6 @@ pub(super) async fn score(
     tokio::task::spawn_blocking(move || score_body(&state, &model, &body))
         .await
         .map_err(|e| ApiError::internal(format!("the scoring task failed: {e}")))?
-}
-
-/// The body extractor's rejection as a JSON error; its status is kept (413 over the limit).
-pub(super) fn body_error(e: &BytesRejection, limit: usize) -> ApiError {
-    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is larger than http.max_body_bytes = {limit} bytes"),
-        )
-    } else {
-        ApiError::new(
-            e.status(),
-            format!("cannot read the request body: {}", e.body_text()),
-        )
-    }
 }
 
 /// The body as the text of one JSON value (leading space trimmed): 400 when it is not UTF-8,

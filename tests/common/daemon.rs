@@ -55,6 +55,10 @@ impl Daemon {
         Daemon { child, port, log }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn metrics(&self) -> String {
         http(self.port, "GET", "/metrics", "")
             .map(|(_, body)| body)
