@@ -10,6 +10,7 @@ use super::trainer::{finish_training, Trainer};
 use super::DaemonError;
 use crate::engine::machine::Engine;
 use crate::serve::Posted;
+use crate::stream::record::Record;
 
 /// How long the live loop waits for a request before it looks at the wall clock, the
 /// training thread and the stop flag again.
@@ -41,10 +42,16 @@ pub fn take(engine: &mut Engine, posted: Posted) -> Result<u64, DaemonError> {
     }
 }
 
-/// Takes every request already queued, without waiting.
-pub fn take_queued(engine: &mut Engine, feed: &Receiver<Posted>) -> Result<u64, DaemonError> {
+/// Takes every request already queued, without waiting, showing each record to `observe`
+/// before the engine takes it.
+pub fn take_queued(
+    engine: &mut Engine,
+    feed: &Receiver<Posted>,
+    mut observe: impl FnMut(&Record),
+) -> Result<u64, DaemonError> {
     let mut handled = 0;
     while let Ok(posted) = feed.try_recv() {
+        posted.records.iter().for_each(&mut observe);
         handled += take(engine, posted)?;
     }
     Ok(handled)
@@ -88,7 +95,7 @@ pub fn run(
         }
         engine.tick(Instant::now()).map_err(DaemonError::runtime)?;
     }
-    handled += take_queued(&mut engine, feed)?;
+    handled += take_queued(&mut engine, feed, |_| {})?;
     if let Some(t) = trainer.take() {
         finish_training(&mut engine, t.wait());
     }

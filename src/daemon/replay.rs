@@ -193,17 +193,11 @@ impl PostedEvents {
         let Some(feed) = &self.feed else {
             return Ok(0);
         };
-        let mut handled = 0;
-        while let Ok(request) = feed.try_recv() {
+        super::posted::take_queued(engine, feed, |record| {
             if let Some(tracker) = tracker {
-                request
-                    .records
-                    .iter()
-                    .for_each(|r| tracker.observe_record(r));
+                tracker.observe_record(record);
             }
-            handled += super::posted::take(engine, request)?;
-        }
-        Ok(handled)
+        })
     }
 }
 
@@ -390,7 +384,7 @@ pub fn run(
     }
     tracing::info!(events = handled, "end of the recorded stream");
     if let Some(feed) = &posted.feed {
-        handled += super::posted::take_queued(&mut engine, feed)?;
+        handled += super::posted::take_queued(&mut engine, feed, |_| {})?;
     }
     // The end of the stream answers what still waits, whatever comes after, so a replay's
     // outputs stay the same with and without `--serve`.

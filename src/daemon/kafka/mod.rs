@@ -63,7 +63,7 @@ use crate::serve::{Forward, ForwardError, Forwarded, Forwarding};
 use crate::stream::kafka::{
     consumer_config, create_client, headers_of, input_topics, model_producer_config,
     model_reader_config, producer_config, read_without_headers, ConsumerRole, CreateError,
-    EventProducer, Logged,
+    EventProducer, KafkaError, Logged,
 };
 use crate::stream::offsets::{InputPartition, OffsetBook};
 use crate::stream::record::Record;
@@ -406,17 +406,14 @@ pub struct ToTopics(pub EventProducer);
 impl Forward for ToTopics {
     fn forward(&self, records: Vec<Record>) -> Forwarding<'_> {
         Box::pin(async move {
-            if let Some(r) = records.iter().find(|r| self.0.topic(r.channel).is_none()) {
-                return Err(ForwardError::NoTopic(format!(
-                    "this daemon has no {} topic (kafka.topics.{} is not set)",
-                    r.channel, r.channel
-                )));
-            }
-            let produced = self
-                .0
-                .produce(&records)
-                .await
-                .map_err(|e| ForwardError::Failed(e.to_string()))?;
+            // A request's events share one channel, so a missing topic is found before any
+            // of them is produced.
+            let produced = self.0.produce(&records).await.map_err(|e| match e {
+                KafkaError::NoTopic { channel, .. } => ForwardError::NoTopic(format!(
+                    "this daemon has no {channel} topic (kafka.topics.{channel} is not set)"
+                )),
+                e => ForwardError::Failed(e.to_string()),
+            })?;
             Ok(produced
                 .into_iter()
                 .map(|p| Forwarded {
@@ -564,5 +561,27 @@ fn leave_group(consumer: Arc<BaseConsumer<GroupContext>>) {
             "the consumer did not leave the group in time; exiting anyway (offsets are committed; \
              the broker removes the member after session_timeout_ms)"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request to a channel without an input topic is refused as such (404 over HTTP),
+    /// before anything is produced: no broker is needed to find it.
+    #[tokio::test]
+    async fn posting_to_a_channel_without_a_topic_is_no_topic() {
+        let config = KafkaConfig::new("127.0.0.1:1");
+        assert_eq!(config.topics.negative, None);
+        let to_topics = ToTopics(EventProducer::new(&config).expect("producer"));
+        let record = Record::new(Channel::Negative, 1, None, br#"{"id":"a"}"#.to_vec());
+        match to_topics.forward(vec![record]).await {
+            Err(ForwardError::NoTopic(message)) => assert_eq!(
+                message,
+                "this daemon has no negative topic (kafka.topics.negative is not set)"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 }
