@@ -14,6 +14,7 @@
 //!   chosen on held-back training rows ([`learn::rank_tau`]), evaluation metrics
 //!   ([`learn::metrics`]), bounds on the positive share of unlabeled data ([`learn::prior`]),
 //!   the model type, the [`learn::Scorer`] trait and the model file layout ([`learn::model`]),
+//!   a running fit's progress for whoever shows it ([`learn::observe`]),
 //!   and the one learner spec that every front end maps its
 //!   settings into ([`learn::spec`]).
 //! - [`data`]: samples and their files: dense and sparse rows behind one access type

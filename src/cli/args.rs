@@ -827,6 +827,7 @@ impl ModelArgs {
             tol: self.tol,
             max_iter: self.max_iter,
             time_limit: self.time_limit,
+            observer: Default::default(),
         }
     }
 

@@ -29,12 +29,10 @@ pub mod prior;
 mod progress;
 pub mod stream;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::config::LoadedConfig;
@@ -50,6 +48,7 @@ use crate::learn::usmo::{UsmoError, UsmoValidParams};
 use crate::learn::Scorer;
 
 use args::{DataArgs, ModelArgs, ReportFormat, ScoreArgs, TrainArgs};
+use progress::FitProgress;
 
 /// `neyman eval`: with `--tau`, the Neyman–Pearson protocol (`np_eval.rs`); without, the PU
 /// evaluation (`eval.rs`).
@@ -181,23 +180,6 @@ fn tfpl_params(
         .map_err(|e| CliError::Usage(e.to_string()))
 }
 
-/// A spinner on stderr while `work` runs, only when stderr is a terminal and not `--quiet`.
-fn with_spinner<T>(quiet: bool, message: &str, work: impl FnOnce() -> T) -> T {
-    if quiet || !std::io::stderr().is_terminal() {
-        return work();
-    }
-    let bar = ProgressBar::new_spinner();
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg} {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
-    bar.set_message(message.to_owned());
-    bar.enable_steady_tick(Duration::from_millis(100));
-    let out = work();
-    bar.finish_and_clear();
-    out
-}
-
 /// Reads a model file of any layout neyman writes or wrote: one of `neyman train`, or one the
 /// daemon stored in its state directory (whose provenance is not needed here).
 fn read_model(path: &Path) -> Result<Model, CliError> {
@@ -239,7 +221,9 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         data.unlabeled_as_negatives();
     }
     let n_features = data.rows.n_features();
-    let spec = args.learner_spec()?;
+    let progress = FitProgress::new(args.quiet);
+    let mut spec = args.learner_spec()?;
+    spec.limits.observer = progress.observer();
     // The split comes first: the rows that calibrate the threshold shape neither the scorer,
     // nor its scaler, nor the π it is trained with.
     let held_out = spec.held_out(&data)?;
@@ -276,11 +260,12 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         labels: data.labels.clone(),
         ids: data.ids.clone(),
     };
-    let (learner, rank_choice) = with_spinner(args.quiet, "choosing the ranking depth", || {
-        learner.with_rank_tau_chosen(&scaled, &held_out, previous_fit.as_ref(), cancel)
-    })?;
+    progress.phase("choosing the ranking depth");
+    let (learner, rank_choice) =
+        learner.with_rank_tau_chosen(&scaled, &held_out, previous_fit.as_ref(), cancel)?;
     let algorithm = learner.solver(n_features)?;
-    let (fit, threshold, prior) = with_spinner(args.quiet, "training", || match &spec {
+    progress.phase(&format!("training {}", learner.name()));
+    let (fit, threshold, prior) = (match &spec {
         Some(spec) => algorithm
             .fit_with_held_out(previous_fit.as_ref(), spec, &scaled, &held_out, cancel)
             .map(|(f, t, p)| (f, Some(t), p)),
@@ -289,6 +274,7 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
             .map(|f| (f, None, None))
             .map_err(CalibrateError::from),
     })?;
+    drop(progress);
     let model = model_of(
         &algorithm,
         scaler,

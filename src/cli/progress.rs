@@ -1,12 +1,16 @@
 //! Progress of a long command on stderr: on a terminal an indicatif bar with counts and ETA;
 //! otherwise (a CI log, a pipe, systemd) one line every [`LOG_EVERY`] and at the end, so a
-//! long run is never silent; nothing with `--quiet`.
+//! long run is never silent; nothing with `--quiet`. [`Progress`] counts units of a known
+//! total; [`FitProgress`] follows one `train` through what its solvers report.
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::learn::observe::{FitStep, Observer};
 
 /// How often the line of a non-terminal run is written.
 pub const LOG_EVERY: Duration = Duration::from_secs(5);
@@ -151,6 +155,145 @@ impl Drop for Progress {
     }
 }
 
+/// Progress of one `neyman train`: the phase, the ranking-depth search's fits with an ETA
+/// over the most it may make, and the solver's steps with its stopping measure against the
+/// tolerance (the measure falls to the tolerance, not at a known pace, so it has no ETA).
+pub struct FitProgress {
+    shared: Arc<FitShared>,
+}
+
+struct FitShared {
+    /// A spinner on a terminal; `None` writes lines, or nothing when `quiet`.
+    bar: Option<ProgressBar>,
+    quiet: bool,
+    state: Mutex<FitState>,
+}
+
+struct FitState {
+    phase: String,
+    phase_started: Instant,
+    search: Option<(usize, usize)>,
+    solver: Option<FitStep>,
+    last_shown: Instant,
+}
+
+impl FitProgress {
+    pub fn new(quiet: bool) -> FitProgress {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
+        });
+        let now = Instant::now();
+        FitProgress {
+            shared: Arc::new(FitShared {
+                bar,
+                quiet,
+                state: Mutex::new(FitState {
+                    phase: String::new(),
+                    phase_started: now,
+                    search: None,
+                    solver: None,
+                    last_shown: now,
+                }),
+            }),
+        }
+    }
+
+    /// A new phase of the run (`choosing the ranking depth`, `training`).
+    pub fn phase(&self, what: &str) {
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        state.phase = what.to_owned();
+        state.phase_started = now;
+        state.search = None;
+        state.solver = None;
+        self.shared.show(&mut state, now, true);
+    }
+
+    /// The observer to hand the solvers ([`crate::learn::spec::SolverLimits::observer`]).
+    pub fn observer(&self) -> Observer {
+        let shared = Arc::clone(&self.shared);
+        Observer::new(move |step| {
+            let now = Instant::now();
+            let mut state = shared.lock();
+            match step {
+                FitStep::Search { done, most } => state.search = Some((done, most)),
+                FitStep::Solver { .. } => state.solver = Some(step),
+            }
+            shared.show(&mut state, now, false);
+        })
+    }
+}
+
+impl FitShared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FitState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Shows the state: on a terminal at most every 100 ms, as a line every [`LOG_EVERY`].
+    fn show(&self, state: &mut FitState, now: Instant, phase_start: bool) {
+        if self.quiet {
+            return;
+        }
+        let since = now.duration_since(state.last_shown);
+        match &self.bar {
+            Some(bar) if phase_start || since >= Duration::from_millis(100) => {
+                bar.set_message(describe(state, now));
+                state.last_shown = now;
+            }
+            None if since >= LOG_EVERY => {
+                eprintln!("{}", describe(state, now));
+                state.last_shown = now;
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Drop for FitProgress {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.shared.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// `choosing the ranking depth: fit 3 of at most 13, 12 s, ETA at most 40 s; ipm: 9
+/// iterations, gap 2.1e-4 (stops at 1e-6)`.
+fn describe(state: &FitState, now: Instant) -> String {
+    let elapsed = now.duration_since(state.phase_started).as_secs_f64();
+    let mut line = format!("{}: ", state.phase);
+    if let Some((done, most)) = state.search {
+        line.push_str(&format!("fit {done} of at most {most}, "));
+        line.push_str(&format!("{elapsed:.0} s"));
+        if done > 0 {
+            let left = elapsed * most.saturating_sub(done) as f64 / done as f64;
+            line.push_str(&format!(", ETA at most {left:.0} s"));
+        }
+    } else {
+        line.push_str(&format!("{elapsed:.0} s"));
+    }
+    if let Some(FitStep::Solver {
+        solver,
+        iterations,
+        gap,
+        tol,
+    }) = state.solver
+    {
+        line.push_str(&format!(
+            "; {solver}: {iterations} iterations, gap {gap:.1e} (stops at {tol:.0e})"
+        ));
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +327,32 @@ mod tests {
         assert_eq!(
             p.line(50, Duration::from_secs(100)),
             "evaluating usmo: 50/50 splits, 100 s, ETA 0 s"
+        );
+    }
+
+    #[test]
+    fn a_fit_is_described_by_phase_search_and_solver() {
+        let start = Instant::now();
+        let mut state = FitState {
+            phase: "choosing the ranking depth".into(),
+            phase_started: start,
+            search: None,
+            solver: None,
+            last_shown: start,
+        };
+        let at = start + Duration::from_secs(12);
+        assert_eq!(describe(&state, at), "choosing the ranking depth: 12 s");
+        state.search = Some((3, 13));
+        state.solver = Some(FitStep::Solver {
+            solver: "ipm",
+            iterations: 9,
+            gap: 2.1e-4,
+            tol: 1e-6,
+        });
+        assert_eq!(
+            describe(&state, at),
+            "choosing the ranking depth: fit 3 of at most 13, 12 s, ETA at most 40 s; ipm: 9 \
+             iterations, gap 2.1e-4 (stops at 1e-6)"
         );
     }
 }

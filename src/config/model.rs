@@ -413,6 +413,7 @@ impl ModelConfig {
                 tol: self.tol,
                 max_iter: self.max_iter,
                 time_limit: self.time_limit.map(|d| d.0),
+                observer: Default::default(),
             },
             threshold: (!ranking_only).then(|| ThresholdSettings {
                 method: self.threshold.and_then(ThresholdName::method),

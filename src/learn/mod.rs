@@ -5,6 +5,7 @@ pub mod kernel;
 pub mod linsvm;
 pub mod metrics;
 pub mod model;
+pub mod observe;
 pub mod online;
 pub mod prior;
 pub mod projection;

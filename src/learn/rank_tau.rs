@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::Serialize;
 
 use crate::data::{Dataset, Label};
+use crate::learn::observe::FitStep;
 use crate::learn::spec::pu_rank_tau;
 use crate::learn::tfpl::{TfplError, TfplModel, TfplParams, TfplValidParams};
 use crate::learn::tune::stratified_folds;
@@ -203,29 +204,6 @@ pub fn choose_rank_tau(
     } else {
         vec![params.tau]
     };
-    let mut tried = Vec::new();
-    let mut best: Option<Best> = None;
-    let mut warm = previous.cloned();
-    for depth in depths {
-        if cancel.load(Ordering::Relaxed) {
-            break;
-        }
-        let (fit, attempt, key) = try_fit(depth, params.reg, warm.as_ref())?;
-        let gains = !attempt.degenerate;
-        tried.push(attempt);
-        if better(key, &best) {
-            best = Some(Best {
-                depth,
-                reg: params.reg,
-                key,
-                fit: fit.clone(),
-            });
-        }
-        warm = Some(fit);
-        if !validated && gains {
-            break;
-        }
-    }
     // R is compared on held-back rows only: without them the given R stays. Without a
     // previous fit every R of the grid is tried; with one (the daemon's later searches) R
     // walks from the start one decade at a time in each direction while the criterion
@@ -249,8 +227,40 @@ pub fn choose_rank_tau(
             .filter(|&reg| reg != params.reg)
             .collect()]
     };
+    let search_reg = axes.reg && validated;
+    let most = depths.len()
+        + if search_reg {
+            directions.iter().map(Vec::len).sum()
+        } else {
+            0
+        };
+    let report = |done: usize| params.observer.report(FitStep::Search { done, most });
+    let mut tried = Vec::new();
+    let mut best: Option<Best> = None;
+    let mut warm = previous.cloned();
+    for depth in depths {
+        if cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        let (fit, attempt, key) = try_fit(depth, params.reg, warm.as_ref())?;
+        let gains = !attempt.degenerate;
+        tried.push(attempt);
+        report(tried.len());
+        if better(key, &best) {
+            best = Some(Best {
+                depth,
+                reg: params.reg,
+                key,
+                fit: fit.clone(),
+            });
+        }
+        warm = Some(fit);
+        if !validated && gains {
+            break;
+        }
+    }
     let depth = best.as_ref().map(|b| b.depth);
-    if let (true, true, Some(depth)) = (axes.reg, validated, depth) {
+    if let (true, Some(depth)) = (search_reg, depth) {
         for direction in directions {
             let mut warm = best.as_ref().map(|b| b.fit.clone());
             for reg in direction {
@@ -259,6 +269,7 @@ pub fn choose_rank_tau(
                 }
                 let (fit, attempt, key) = try_fit(depth, reg, warm.as_ref())?;
                 tried.push(attempt);
+                report(tried.len());
                 let improved = better(key, &best);
                 if improved {
                     best = Some(Best {
@@ -462,6 +473,46 @@ mod tests {
     }
 
     /// With `reg` searched too, every other R of the grid is fitted at the chosen depth, and
+    /// `neyman train` shows the search through the observer: one report per fit, counting up
+    /// to the fits made, each against the most the search could make, and the solver's
+    /// iterations with its gap in between.
+    #[test]
+    fn the_observer_sees_each_fit_of_the_search_and_the_solver_steps() {
+        use crate::learn::observe::{FitStep, Observer};
+        use std::sync::{Arc, Mutex};
+        let data = overlapping(400, 7);
+        let steps = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&steps);
+        let mut params = TfplParams::new(0.05, REG_START);
+        params.observer = Observer::new(move |step| seen.lock().unwrap().push(step));
+        let params = params.check().unwrap();
+        let cancel = AtomicBool::new(false);
+        let both = SearchAxes {
+            depth: true,
+            reg: true,
+        };
+        let choice = choose_rank_tau(&params, 0.05, &data, None, None, 1, both, &cancel).unwrap();
+        let steps = steps.lock().unwrap();
+        let most = rank_grid(0.05).len() + REG_GRID.len() - 1;
+        let searched: Vec<FitStep> = steps
+            .iter()
+            .filter(|s| matches!(s, FitStep::Search { .. }))
+            .copied()
+            .collect();
+        let expected: Vec<FitStep> = (1..=choice.tried.len())
+            .map(|done| FitStep::Search { done, most })
+            .collect();
+        assert_eq!(searched, expected);
+        let solver_steps = steps
+            .iter()
+            .filter(|s| matches!(s, FitStep::Solver { gap, tol, .. } if gap.is_finite() && *tol == 1e-6))
+            .count();
+        assert!(
+            solver_steps >= choice.tried.len(),
+            "{solver_steps} solver reports"
+        );
+    }
+
     /// the choice is the best held-back TPR of all the fits (the start R on ties).
     #[test]
     fn an_auto_r_is_chosen_after_the_depth() {

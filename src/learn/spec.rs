@@ -22,6 +22,7 @@ use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::kernel::{Kernel, KernelExpansion};
 use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
+use crate::learn::observe::Observer;
 use crate::learn::prior::{prior_bounds, Anchor, PriorBounds, PriorError};
 use crate::learn::rank_tau::{choose_rank_tau, RankChoice, SearchAxes, REG_START};
 use crate::learn::tfpl::{TfplError, TfplModel, TfplParams, TfplSolver, TfplValidParams};
@@ -109,6 +110,7 @@ impl UsmoSpec {
         p.tol = limits.tol.unwrap_or(Self::DEFAULT_TOL);
         p.max_iter = limits.max_iter;
         p.time_limit = limits.time_limit;
+        p.observer = limits.observer.clone();
         p.cache_bytes = self.cache_bytes;
         p.check()
     }
@@ -153,6 +155,7 @@ impl TfplSpec {
         p.tol = limits.tol.unwrap_or(Self::DEFAULT_TOL);
         p.max_iter = limits.max_iter;
         p.time_limit = limits.time_limit;
+        p.observer = limits.observer.clone();
         p.max_gram_bytes = self.max_gram_bytes;
         p.check()
     }
@@ -185,6 +188,8 @@ pub struct SolverLimits {
     pub max_iter: Option<u64>,
     /// Stop after this much wall time (reported as `converged: false`).
     pub time_limit: Option<Duration>,
+    /// Told the solvers' progress (`neyman train` shows it).
+    pub observer: Observer,
 }
 
 /// The false-positive target and how the threshold is calibrated.

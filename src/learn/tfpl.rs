@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{Dataset, Label, RowRef, Rows};
 use crate::learn::kernel::{dots_into, Kernel, KernelError, KernelExpansion, KernelRows};
+use crate::learn::observe::{FitStep, Observer};
 use crate::learn::positive_finite;
 use crate::learn::projection::{
     k_for, project, project_from, ProjectionError, ProjectionWorkspace,
@@ -79,6 +80,8 @@ pub struct TfplParams {
     pub time_limit: Option<Duration>,
     /// Largest Gram matrix (bytes) a non-linear kernel may build; beyond it the fit is refused.
     pub max_gram_bytes: usize,
+    /// Told the iterations and the relative duality gap as the solve goes.
+    pub observer: Observer,
 }
 
 impl TfplParams {
@@ -93,6 +96,7 @@ impl TfplParams {
             max_iter: None,
             time_limit: None,
             max_gram_bytes: 1 << 30,
+            observer: Observer::default(),
         }
     }
 
@@ -720,6 +724,14 @@ impl Fista {
             if certified(gain_p, gain_d, params.tol) {
                 outcome.stop = Stop::Converged;
                 return Ok(outcome);
+            }
+            if outcome.iterations % 16 == 0 {
+                params.observer.report(FitStep::Solver {
+                    solver: "fista",
+                    iterations: outcome.iterations,
+                    gap: relative_gap(gain_p, gain_d),
+                    tol: params.tol,
+                });
             }
             if params.limit_reached(outcome.iterations, start) {
                 return Ok(outcome);

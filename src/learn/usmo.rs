@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{Dataset, Label, RowRef, Rows};
 use crate::learn::kernel::{Kernel, KernelError, KernelExpansion, KernelRows};
+use crate::learn::observe::{FitStep, Observer};
 use crate::learn::positive_finite;
 
 /// Unchecked USMO hyper-parameters; [`UsmoParams::check`] turns them into [`UsmoValidParams`].
@@ -54,6 +55,8 @@ pub struct UsmoParams {
     pub time_limit: Option<Duration>,
     /// Byte budget of the kernel-row cache.
     pub cache_bytes: usize,
+    /// Told the pair steps and the KKT violation every [`OBSERVE_EVERY`] steps.
+    pub observer: Observer,
 }
 
 impl UsmoParams {
@@ -67,6 +70,7 @@ impl UsmoParams {
             max_iter: None,
             time_limit: None,
             cache_bytes: 256 << 20,
+            observer: Observer::default(),
         }
     }
 
@@ -225,6 +229,9 @@ const SNAP: f64 = 1e-12;
 /// η below this is treated as zero: the pair objective is then piecewise linear.
 const TINY_ETA: f64 = 1e-12;
 
+/// Pair steps between two reports to [`UsmoParams::observer`].
+pub const OBSERVE_EVERY: u64 = 256;
+
 fn snap(v: f64, c2: f64) -> f64 {
     let v = v.clamp(0.0, c2);
     for target in [0.0, 0.5 * c2, c2] {
@@ -338,6 +345,14 @@ impl Solver<'_> {
             let v = self.violation();
             if v.max_l - v.min_r <= params.tol {
                 return Stop::Converged;
+            }
+            if self.iterations % OBSERVE_EVERY == 0 {
+                params.observer.report(FitStep::Solver {
+                    solver: "usmo",
+                    iterations: self.iterations,
+                    gap: v.max_l - v.min_r,
+                    tol: params.tol,
+                });
             }
             if params.max_iter.is_some_and(|m| self.iterations >= m)
                 || (self.iterations % 64 == 0
@@ -1295,6 +1310,50 @@ mod tests {
             .unwrap();
         assert!(fit.report.cancelled && !fit.report.converged);
         assert_eq!(fit.report.iterations, 0);
+    }
+
+    /// The observer hears the pair steps every [`OBSERVE_EVERY`], with the violation that
+    /// the stopping test compares against tol, until it falls below it.
+    #[test]
+    fn the_observer_hears_the_steps_and_the_violation() {
+        use std::sync::Mutex;
+        let data = synthetic(3, 100, 1500, 500, 4);
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&heard);
+        let mut p = UsmoParams::new(0.3, 1e-3, Kernel::Rbf { gamma: 10.0 });
+        p.observer = Observer::new(move |step| log.lock().unwrap().push(step));
+        let fit = p
+            .check()
+            .unwrap()
+            .fit(&data, &AtomicBool::new(false))
+            .unwrap();
+        assert!(
+            fit.report.converged && fit.report.iterations > OBSERVE_EVERY,
+            "{:?}",
+            fit.report
+        );
+        let heard = heard.lock().unwrap();
+        let expected = fit.report.iterations.div_ceil(OBSERVE_EVERY);
+        assert_eq!(
+            heard.len() as u64,
+            expected,
+            "{} steps",
+            fit.report.iterations
+        );
+        for (n, step) in heard.iter().enumerate() {
+            match *step {
+                FitStep::Solver {
+                    solver: "usmo",
+                    iterations,
+                    gap,
+                    tol,
+                } => {
+                    assert_eq!(iterations, n as u64 * OBSERVE_EVERY);
+                    assert!(gap > tol && tol == 1e-3, "{step:?}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -39,9 +39,10 @@ use faer::linalg::solvers::Solve;
 use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array2, ArrayView1, ArrayView2, Axis};
 
-use super::{certified, dual_gain, primal_gain, Stop, TfplError, TfplParams};
+use super::{certified, dual_gain, primal_gain, relative_gap, Stop, TfplError, TfplParams};
 use crate::data::rows::dense_dot;
 use crate::data::Rows;
+use crate::learn::observe::FitStep;
 use crate::learn::projection::{project, ProjectionWorkspace};
 
 /// Iterations after which the solver gives up (it needs 20–40 on well-posed problems).
@@ -285,6 +286,12 @@ pub(super) fn solve_screened(
             outcome.stop = Stop::Converged;
             break;
         }
+        params.observer.report(FitStep::Solver {
+            solver: "ipm",
+            iterations: outcome.iterations,
+            gap: relative_gap(outcome.gain_primal, outcome.gain_dual),
+            tol: params.tol,
+        });
         if outcome.iterations >= MAX_ITERATIONS || params.limit_reached(outcome.iterations, start) {
             break;
         }
