@@ -1193,10 +1193,15 @@ def run_state_dirs(args, res, work):
             if sd.split("/")[-1] not in last:
                 res.note(f"{name}: refusal does not name the file: {last[:200]}", fail=True)
         if name == "orphan_tmp_files":
-            left = [p for p in ["models/.model-00000000000000000005.nmd.tmp", "models/model-00000000000000000005.nmd.tmp",
-                                ".version.tmp", "version.tmp"] if os.path.exists(os.path.join(sd, p))]
-            if left:
-                res.note(f"orphan .tmp files not cleaned at start: {left}")
+            # the daemon's own temporary files are `.<name>.tmp` (src/files.rs): those must go;
+            # other *.tmp names are not its own and are left alone by design
+            ours = [p for p in ["models/.model-00000000000000000005.nmd.tmp", ".version.tmp"]
+                    if os.path.exists(os.path.join(sd, p))]
+            if ours:
+                res.note(f"orphan .tmp files of the daemon's pattern not cleaned at start: {ours}", fail=True)
+            else:
+                log("orphan_tmp_files: the daemon's .<name>.tmp files were removed at start; "
+                    "model-….nmd.tmp and version.tmp (not its pattern) were left alone")
         if name == "version_behind_models" and up:
             # a replay on it must not issue a version that exists already
             cfg2 = write_config(work, free_port(), source="replay", state=f"sd-{name}")

@@ -314,9 +314,11 @@ fn a_corrupt_newest_model_falls_back_to_the_previous_one() {
     let (code, stderr) = replay(dir.path(), &stream, &[]);
     assert_eq!(code, 0, "{stderr}");
     let models = dir.path().join("state/models");
+    // Model files only: a fresh threshold's file sits beside its model.
     let mut files: Vec<PathBuf> = std::fs::read_dir(&models)
         .expect("models")
         .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "nmd"))
         .collect();
     files.sort();
     assert!(files.len() >= 2, "{files:?}");
@@ -371,6 +373,7 @@ fn bench_scoring_and_inspect_read_a_daemon_model() {
     let model = std::fs::read_dir(dir.path().join("state/models"))
         .expect("models")
         .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "nmd"))
         .max()
         .expect("a stored model");
     let report = json_of(

@@ -85,6 +85,9 @@ const ROLLING_EVENTS: usize = 1000;
 /// sample keeps the histogram's quantiles.
 const LATENCY_SAMPLE_EVERY: u32 = 16;
 
+/// The shortest time between two writes of the active model's fresh threshold.
+const THRESHOLD_SAVE_EVERY: Duration = Duration::from_secs(1);
+
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
@@ -304,6 +307,10 @@ pub struct Engine {
     recent_held_out: BTreeMap<u64, BTreeSet<String>>,
     feedback: Rolling,
     recent_flags: Rolling,
+    /// The active model's fresh threshold is newer than its file beside the model
+    /// ([`ModelStore::save_threshold`]); written at most every [`THRESHOLD_SAVE_EVERY`].
+    threshold_unsaved: bool,
+    threshold_saved_at: Option<Instant>,
     /// Scored events since the last timed one ([`LATENCY_SAMPLE_EVERY`]).
     untimed_scores: u32,
     /// `neyman_events_total` handles by channel and outcome, resolved once: a label lookup
@@ -450,6 +457,8 @@ impl Engine {
             recent_held_out: BTreeMap::new(),
             feedback: Rolling::default(),
             recent_flags: Rolling::default(),
+            threshold_unsaved: false,
+            threshold_saved_at: None,
             untimed_scores: 0,
             event_counters,
             intake_counters,
@@ -495,6 +504,9 @@ impl Engine {
         for s in &skipped {
             tracing::warn!(path = %s.path.display(), reason = %s.reason, "model file not resumed");
         }
+        for m in &mut usable {
+            self.resume_fresh_threshold(m);
+        }
         let Some(newest) = usable.first() else {
             if !skipped.is_empty() {
                 tracing::warn!(
@@ -522,6 +534,38 @@ impl Engine {
             self.registry.install(m);
         }
         Ok(())
+    }
+
+    /// Gives a resumed model its newest persisted fresh threshold, when that passes the same
+    /// checks as the model; otherwise it keeps its trained one, with a warning.
+    fn resume_fresh_threshold(&self, stored: &mut StoredModel) {
+        let version = stored.meta.version;
+        let path = self.store.threshold_path(version);
+        let (threshold_version, threshold) = match self.store.fresh_threshold(version) {
+            Ok(Some(found)) => found,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "fresh threshold not resumed; the trained one serves");
+                return;
+            }
+        };
+        let mut model = stored.model.clone();
+        model.set_threshold(threshold);
+        if let Err(reason) = self.servable(&model) {
+            tracing::warn!(
+                path = %path.display(),
+                %reason,
+                "fresh threshold not resumed; the trained one serves"
+            );
+            return;
+        }
+        stored.model = model;
+        stored.threshold_version = threshold_version;
+        tracing::info!(
+            version,
+            threshold_version,
+            "resumed the model's fresh threshold"
+        );
     }
 
     /// Whether a stored model may be resumed: the configured dimension (when one is), this
@@ -748,6 +792,9 @@ impl Engine {
         headers: impl FnOnce() -> Vec<(String, String)>,
         event: Event,
     ) -> Result<(), EngineError> {
+        if self.threshold_unsaved {
+            self.save_fresh_threshold(false);
+        }
         if self.dim.is_none() {
             // `max_wait = 0` asks for every answer at once: nothing is held then either.
             if self.config.scoring.dimension_quorum > 1 && !self.config.scoring.max_wait.0.is_zero()
@@ -1199,6 +1246,8 @@ impl Engine {
         };
         installed.publish(&self.metrics);
         self.set_stale(false);
+        self.threshold_unsaved = true;
+        self.save_fresh_threshold(false);
         if flags_nothing {
             tracing::warn!(
                 version,
@@ -2014,7 +2063,40 @@ impl Engine {
         };
         installed.publish(&self.metrics);
         self.set_stale(false);
+        self.threshold_unsaved = true;
+        self.save_fresh_threshold(false);
         Ok(version)
+    }
+
+    /// Persists the active model's fresh threshold beside its file: now with `now`, else when
+    /// the last write is [`THRESHOLD_SAVE_EVERY`] old (a recalibration every few dozen
+    /// negatives would otherwise write and sync a file as often). A failed write is logged
+    /// and left for the next fresh threshold.
+    fn save_fresh_threshold(&mut self, now: bool) {
+        if !self.threshold_unsaved
+            || (!now
+                && self
+                    .threshold_saved_at
+                    .is_some_and(|t| t.elapsed() < THRESHOLD_SAVE_EVERY))
+        {
+            return;
+        }
+        self.threshold_unsaved = false;
+        self.threshold_saved_at = Some(Instant::now());
+        let Some(active) = self.registry.active() else {
+            return;
+        };
+        if active.threshold_version == 0 {
+            return;
+        }
+        if let Err(e) = self.store.save_threshold(&active) {
+            tracing::warn!(
+                version = active.meta.version,
+                threshold_version = active.threshold_version,
+                error = %e,
+                "cannot persist the fresh threshold; a restart serves an older one"
+            );
+        }
     }
 
     /// A line of a recorded stream that is not a record: counted with the dead letters
@@ -2266,10 +2348,12 @@ impl Engine {
             self.emit_unscored(&w.event, w.origin, UnscoredReason::Shutdown)?;
         }
         self.metrics.unscored_buffer.set(0);
+        self.save_fresh_threshold(true);
         self.flush()
     }
 
     pub fn flush(&mut self) -> Result<(), EngineError> {
+        self.save_fresh_threshold(false);
         Ok(self.outputs.flush()?)
     }
 }
@@ -3264,6 +3348,62 @@ mod tests {
         let other = model.replace("tau = 0.05", "tau = 0.1");
         let (_, registry) = engine_resuming(dir.path(), &other, "", Box::new(Discard), true);
         assert!(registry.active().is_none());
+    }
+
+    /// A restart resumes the newest fresh threshold, not the trained one: it is written
+    /// beside the model (at most once a second, and at the end of the run). A file for
+    /// another model, or with a threshold the gate refuses, leaves the trained threshold.
+    #[test]
+    fn a_restart_resumes_the_newest_fresh_threshold() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let extra = "[recalibrate]\nwindow = 200\nevery = 50\n";
+        let model = "algorithm = \"usmo\"\nprior = 0.38\nprior_min = 0.33\nprior_max = 0.43\ntau = 0.05\ncalibration = \"hash\"\nseed = 1\n";
+        let (mut e, registry) = engine_of(dir.path(), model, extra, Box::new(Discard));
+        let version = feed_until_first_model(&mut e, &registry);
+        e.config.retrain.every_events = 1_000_000;
+        let trained = registry.active().expect("model");
+        let drifted = relabelled_as_negatives(
+            &e,
+            Channel::Unlabeled,
+            trained.meta.trained_at_ms,
+            400,
+            "drift",
+        );
+        for (record, _) in &drifted {
+            e.handle(record).expect("handled");
+        }
+        e.finish().expect("finish");
+        let fresh = registry.active().expect("model");
+        assert_eq!((fresh.meta.version, fresh.threshold_version), (version, 8));
+        let store = e.store.clone();
+        drop(e);
+        let (resumed, registry) =
+            engine_resuming(dir.path(), model, extra, Box::new(Discard), true);
+        let active = registry.active().expect("resumed");
+        assert_eq!(
+            (active.meta.version, active.threshold_version),
+            (version, 8)
+        );
+        assert_eq!(active.model.threshold(), fresh.model.threshold());
+        assert_ne!(active.model.threshold(), trained.model.threshold());
+        assert_eq!(resumed.metrics.threshold_version.get(), 8);
+        drop(resumed);
+
+        // Another model's file, then a NaN threshold: the trained threshold serves.
+        let path = store.threshold_path(version);
+        let text = std::fs::read_to_string(&path).expect("threshold file");
+        let value: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let mut other = value.clone();
+        other["version"] = (version + 1).into();
+        let mut infinite = value.clone();
+        infinite["threshold"]["threshold"] = serde_json::Value::Null;
+        for bad in [other.to_string(), infinite.to_string(), "{".to_owned()] {
+            std::fs::write(&path, bad).expect("write");
+            let (_, registry) = engine_resuming(dir.path(), model, extra, Box::new(Discard), true);
+            let active = registry.active().expect("resumed");
+            assert_eq!(active.threshold_version, 0);
+            assert_eq!(active.model.threshold(), trained.model.threshold());
+        }
     }
 
     /// A stored model whose checksum is valid but whose threshold is NaN or −∞ is not

@@ -8,6 +8,12 @@
 //!   file format of [`crate::learn::model`] (the model with its [`Provenance`]); the newest
 //!   `keep` files are kept. The zero padding makes name order version order. Files an earlier
 //!   release wrote (`NEYMANDM` version 2) are read as well.
+//! - `models/model-<version, 20 digits>.threshold.json`: the newest fresh threshold of that
+//!   model ([`crate::config::RecalibrateConfig`]), `{"version", "threshold_version",
+//!   "threshold"}`, so a restart resumes the threshold that followed the drift rather than
+//!   the one calibrated at training. Written at most once a second and at the end of a run
+//!   ([`crate::engine::machine::Engine`]); one that does not parse, names another model or
+//!   holds a non-finite threshold is ignored with a warning.
 //!
 //! Every write is atomic ([`crate::files`]). A reader therefore sees either the old file or the
 //! whole new one; a file that still fails its checksum (disk fault, manual edit), has no
@@ -19,6 +25,16 @@ use std::path::{Path, PathBuf};
 use crate::codec::CodecError;
 use crate::files::write_atomic;
 use crate::learn::model::{self, Model, ModelError, Provenance};
+use crate::learn::threshold::ThresholdResult;
+
+/// The file of a model's newest fresh threshold.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FreshThreshold {
+    version: u64,
+    threshold_version: u64,
+    threshold: ThresholdResult,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -49,8 +65,8 @@ pub struct StoredModel {
     pub model: Model,
     /// Which of this model's thresholds `model` holds: 0 is the one calibrated when it was
     /// trained (the one in its file), and each fresh threshold between retrains
-    /// ([`crate::config::RecalibrateConfig`]) counts up. Not persisted: a restarted daemon
-    /// serves the trained threshold (0) until its first recalibration.
+    /// ([`crate::config::RecalibrateConfig`]) counts up. The newest is persisted beside the
+    /// model file ([`ModelStore::save_threshold`]).
     pub threshold_version: u64,
 }
 
@@ -203,6 +219,65 @@ impl ModelStore {
             .join(format!("model-{version:020}.nmd"))
     }
 
+    /// Where the newest fresh threshold of model `version` is (or would be) stored.
+    pub fn threshold_path(&self, version: u64) -> PathBuf {
+        self.dir
+            .join("models")
+            .join(format!("model-{version:020}.threshold.json"))
+    }
+
+    /// Persists `stored`'s threshold as its model's newest fresh one (atomically).
+    pub fn save_threshold(&self, stored: &StoredModel) -> Result<(), StoreError> {
+        let path = self.threshold_path(stored.meta.version);
+        let Some(threshold) = stored.model.threshold() else {
+            return Ok(());
+        };
+        let file = FreshThreshold {
+            version: stored.meta.version,
+            threshold_version: stored.threshold_version,
+            threshold: threshold.clone(),
+        };
+        let bytes = serde_json::to_vec(&file).map_err(|e| StoreError::Corrupt {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        write_atomic(&path, &bytes).map_err(|e| StoreError::io(&path, e))
+    }
+
+    /// The newest fresh threshold stored for model `version` and its threshold version;
+    /// `None` when there is none. A file that does not parse, names another model or holds a
+    /// non-finite threshold is an error naming it.
+    pub fn fresh_threshold(
+        &self,
+        version: u64,
+    ) -> Result<Option<(u64, ThresholdResult)>, StoreError> {
+        let path = self.threshold_path(version);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::io(&path, e)),
+        };
+        let corrupt = |message: String| StoreError::Corrupt {
+            path: path.display().to_string(),
+            message,
+        };
+        let file: FreshThreshold =
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        if file.version != version {
+            return Err(corrupt(format!(
+                "it is the threshold of model {}, not {version}",
+                file.version
+            )));
+        }
+        if !file.threshold.threshold.is_finite() {
+            return Err(corrupt(format!(
+                "the threshold {} is not finite",
+                file.threshold.threshold
+            )));
+        }
+        Ok(Some((file.threshold_version, file.threshold)))
+    }
+
     /// The highest version ever issued (0 when none), from the counter and the model files.
     pub fn last_version(&self) -> Result<u64, StoreError> {
         let path = self.counter_path();
@@ -269,6 +344,13 @@ impl ModelStore {
         for &v in &versions[..excess] {
             let old = self.model_path(v);
             std::fs::remove_file(&old).map_err(|e| StoreError::io(&old, e))?;
+            let threshold = self.threshold_path(v);
+            match std::fs::remove_file(&threshold) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(StoreError::io(&threshold, e))
+                }
+                _ => {}
+            }
         }
         Ok(path)
     }
