@@ -1014,7 +1014,7 @@ def make_state_dir(args, work):
 
 def run_state_dirs(args, res, work):
     golden = make_state_dir(args, work)
-    models = sorted(os.listdir(os.path.join(golden, "models")))
+    models = sorted(n for n in os.listdir(os.path.join(golden, "models")) if n.endswith(".nmd"))
     newest = models[-1]
     newest_v = int(newest.split("-")[1].split(".")[0])
     info, _, _ = inspect_model(args.bin, os.path.join(golden, "models", newest))
@@ -1501,7 +1501,8 @@ def run_model_files(args, res, work):
             return
     # a daemon-written model (with provenance) and a 57-feature data file for it
     golden = make_state_dir(args, work)
-    m3 = os.path.join(golden, "models", sorted(os.listdir(os.path.join(golden, "models")))[0])
+    m3 = os.path.join(golden, "models", sorted(n for n in os.listdir(os.path.join(golden, "models"))
+                                               if n.endswith(".nmd"))[0])
     spam = os.path.join(work, "spam50.csv")
     with gzip.open(os.path.join(DATA, "spambase.csv.gz"), "rt") as f, open(spam, "w") as g:
         for i, line in enumerate(f):
@@ -1851,7 +1852,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("classes", nargs="*", metavar="CLASS", help=", ".join(CLASSES))
     ap.add_argument("--bin", help="the neyman binary (default target/release/neyman, else neyman on PATH)")
-    ap.add_argument("--quick", action="store_true", help="fewer probes per class (about 3 minutes in all)")
+    ap.add_argument("--quick", action="store_true", help="fewer probes per class (about 2 minutes in all)")
     ap.add_argument("--json", action="store_true", help="one JSON object per class on stdout")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directories")
