@@ -300,10 +300,11 @@ pub struct Engine {
     /// With `model.calibration = "recent"`, the ids each model this engine trained held out
     /// (which one is recent differs per snapshot), for the models the registry still
     /// remembers (a rollback reinstates an older one), by version: at most
-    /// `calibration_percent` % of the windows per model. Not persisted: a model resumed after
-    /// a restart has none, and [`Engine::unseen`] then counts only the events newer than its
-    /// snapshot as unseen (its held-out events count as seen, so they never calibrate a fresh
-    /// threshold or test the feedback) until the next swap.
+    /// `calibration_percent` % of the windows per model. Persisted beside each model
+    /// ([`ModelStore::save_held_out`]) and resumed with it; a model whose file is missing has
+    /// none, and [`Engine::unseen`] then counts only the events newer than its snapshot as
+    /// unseen (its held-out events count as seen, so they never calibrate a fresh threshold
+    /// or test the feedback) until the next swap.
     recent_held_out: BTreeMap<u64, BTreeSet<String>>,
     feedback: Rolling,
     recent_flags: Rolling,
@@ -506,6 +507,21 @@ impl Engine {
         }
         for m in &mut usable {
             self.resume_fresh_threshold(m);
+        }
+        if self.config.model.calibration == CalibrationName::Recent {
+            for m in usable.iter().take(self.config.keep_models) {
+                let version = m.meta.version;
+                match self.store.held_out(version) {
+                    Ok(Some(ids)) => {
+                        self.recent_held_out.insert(version, ids);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "held-out ids not resumed; the model's held-out events count as trained on"
+                    ),
+                }
+            }
         }
         let Some(newest) = usable.first() else {
             if !skipped.is_empty() {
@@ -1908,6 +1924,13 @@ impl Engine {
                 .filter(|&i| snapshot.held_out[i] && !trained.contains(ids[i].as_str()))
                 .map(|i| ids[i].clone())
                 .collect();
+            if let Err(e) = self.store.save_held_out(version, &held) {
+                tracing::warn!(
+                    version,
+                    error = %e,
+                    "cannot persist the held-out ids; after a restart they count as trained on"
+                );
+            }
             self.recent_held_out.insert(version, held);
             let kept: BTreeSet<u64> = self
                 .registry
@@ -3441,7 +3464,8 @@ mod tests {
     /// `model.calibration = "recent"`: a retrain holds out exactly the newest 30 % of each
     /// channel (by event time, then id), certifies its umbrella threshold on the held-out
     /// negatives alone, and [`Engine::unseen`] then calls exactly those events (and later ones)
-    /// unseen. A restarted engine no longer knows them and counts them as seen.
+    /// unseen. A restarted engine resumes them from beside the model file; without that file
+    /// it counts them as seen.
     #[test]
     fn recent_calibration_holds_out_the_newest_of_each_channel() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -3521,19 +3545,30 @@ mod tests {
             e.unseen(later.0, later.1, &active),
             "newer than the snapshot"
         );
-        // After a restart the held-out ids are unknown: only newer events are unseen.
+        // A restart resumes the held-out ids from beside the model file; without that file
+        // they are unknown and only newer events are unseen.
+        let held_out_file = e.store.held_out_path(active.meta.version);
         drop(e);
-        let (mut resumed, registry) = engine_resuming(
-            dir.path(),
-            model,
-            "min_positive = 5000\n",
-            Box::new(Discard),
-            true,
-        );
-        let active = registry.active().expect("resumed model");
-        for record in &records {
-            resumed.restore(record);
-        }
+        let restart = || {
+            let (mut resumed, registry) = engine_resuming(
+                dir.path(),
+                model,
+                "min_positive = 5000\n",
+                Box::new(Discard),
+                true,
+            );
+            let active = registry.active().expect("resumed model");
+            for record in &records {
+                resumed.restore(record);
+            }
+            (resumed, active)
+        };
+        let (resumed, active) = restart();
+        assert_eq!(unseen_ids(&resumed, &active), held_ids);
+        assert!(resumed.unseen(later.0, later.1, &active));
+        drop(resumed);
+        std::fs::remove_file(&held_out_file).expect("remove the held-out ids");
+        let (resumed, active) = restart();
         assert!(unseen_ids(&resumed, &active).is_empty());
         assert!(resumed.unseen(later.0, later.1, &active));
     }

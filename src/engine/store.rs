@@ -14,12 +14,17 @@
 //!   the one calibrated at training. Written at most once a second and at the end of a run
 //!   ([`crate::engine::machine::Engine`]); one that does not parse, names another model or
 //!   holds a non-finite threshold is ignored with a warning.
+//! - `models/model-<version, 20 digits>.heldout.json`: with `model.calibration = "recent"`, the
+//!   ids that model's snapshot held out to calibrate (a JSON array), so a restarted daemon
+//!   still knows which events it never trained on. Missing or unreadable: they count as
+//!   trained on, with a warning.
 //!
 //! Every write is atomic ([`crate::files`]). A reader therefore sees either the old file or the
 //! whole new one; a file that still fails its checksum (disk fault, manual edit), has no
 //! provenance or a layout this build does not read is skipped with a warning and the previous
 //! one is used.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::codec::CodecError;
@@ -244,6 +249,40 @@ impl ModelStore {
         write_atomic(&path, &bytes).map_err(|e| StoreError::io(&path, e))
     }
 
+    /// Where the ids model `version` held out are (or would be) stored.
+    pub fn held_out_path(&self, version: u64) -> PathBuf {
+        self.dir
+            .join("models")
+            .join(format!("model-{version:020}.heldout.json"))
+    }
+
+    /// Persists the ids model `version`'s snapshot held out (atomically).
+    pub fn save_held_out(&self, version: u64, ids: &BTreeSet<String>) -> Result<(), StoreError> {
+        let path = self.held_out_path(version);
+        let bytes = serde_json::to_vec(ids).map_err(|e| StoreError::Corrupt {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        write_atomic(&path, &bytes).map_err(|e| StoreError::io(&path, e))
+    }
+
+    /// The ids model `version` held out; `None` when they were not stored.
+    pub fn held_out(&self, version: u64) -> Result<Option<BTreeSet<String>>, StoreError> {
+        let path = self.held_out_path(version);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Corrupt {
+                        path: path.display().to_string(),
+                        message: e.to_string(),
+                    })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::io(&path, e)),
+        }
+    }
+
     /// The newest fresh threshold stored for model `version` and its threshold version;
     /// `None` when there is none. A file that does not parse, names another model or holds a
     /// non-finite threshold is an error naming it.
@@ -344,12 +383,13 @@ impl ModelStore {
         for &v in &versions[..excess] {
             let old = self.model_path(v);
             std::fs::remove_file(&old).map_err(|e| StoreError::io(&old, e))?;
-            let threshold = self.threshold_path(v);
-            match std::fs::remove_file(&threshold) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(StoreError::io(&threshold, e))
+            for beside in [self.threshold_path(v), self.held_out_path(v)] {
+                match std::fs::remove_file(&beside) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(StoreError::io(&beside, e))
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
         }
         Ok(path)
