@@ -243,6 +243,16 @@ def crashed(rc, stderr=""):
     return rc is not None and (rc == 101 or rc < 0 or rc == 134 or "panicked" in stderr)
 
 
+def stop_checked(d, res, what):
+    """Stops daemon `d`; a daemon already dead, or one that crashes on the way out, is a crash."""
+    alive = d.alive()
+    rc = d.stop()
+    err = d.stderr()
+    if not alive or crashed(rc, err):
+        res.crashes += 1
+        res.note(f"{what} died or crashed: exit {rc}: {err[-800:]}", fail=True)
+
+
 def read_jsonl(path):
     out, bad = [], 0
     if not os.path.exists(path):
@@ -668,12 +678,7 @@ def run_payloads(args, res, work):
                 except OSError as e:
                     score_bad["dropped"] += 1
                     res.note(f"POST /v1/score {name}: connection dropped ({e})", fail=True)
-        alive_before_stop = d.alive()
-        rc = d.stop()
-        err = d.stderr()
-        if not alive_before_stop or crashed(rc, err):
-            res.crashes += 1
-            res.note(f"http daemon exit {rc}: {err[-800:]}", fail=True)
+        stop_checked(d, res, "http daemon")
     finally:
         if d.alive():
             d.kill9()
@@ -1407,12 +1412,7 @@ def run_http_fuzz(args, res, work):
                     res.note(f"/healthz after {i + 1} fuzz requests: {st}", fail=True)
                 if not d.alive():
                     break
-        alive = d.alive()
-        rc = d.stop()
-        err = d.stderr()
-        if not alive or crashed(rc, err):
-            res.crashes += 1
-            res.note(f"fuzz daemon died/crashed: exit {rc}: {err[-600:]}", fail=True)
+        stop_checked(d, res, "fuzz daemon")
     finally:
         if d.alive():
             d.kill9()

@@ -2999,9 +2999,11 @@ mod tests {
         // Hash-held-out calibration: the drift and fresh-threshold tests' premises (how far the
         // first model's threshold sits from the relabelled events) were measured with it;
         // `recent` has its own test.
-        let model = "algorithm = \"usmo\"\nprior = 0.38\nprior_min = 0.33\nprior_max = 0.43\ntau = 0.05\ncalibration = \"hash\"\nseed = 1\n";
-        engine_of(dir, model, extra, outputs)
+        engine_of(dir, HASH_USMO, extra, outputs)
     }
+
+    /// The `[model]` table of [`engine_with`].
+    const HASH_USMO: &str = "algorithm = \"usmo\"\nprior = 0.38\nprior_min = 0.33\nprior_max = 0.43\ntau = 0.05\ncalibration = \"hash\"\nseed = 1\n";
 
     /// An engine on the bundled stream with the `[model]` table `model`.
     fn engine_of(
@@ -3380,8 +3382,8 @@ mod tests {
     fn a_restart_resumes_the_newest_fresh_threshold() {
         let dir = tempfile::tempdir().expect("temp dir");
         let extra = "[recalibrate]\nwindow = 200\nevery = 50\n";
-        let model = "algorithm = \"usmo\"\nprior = 0.38\nprior_min = 0.33\nprior_max = 0.43\ntau = 0.05\ncalibration = \"hash\"\nseed = 1\n";
-        let (mut e, registry) = engine_of(dir.path(), model, extra, Box::new(Discard));
+        let model = HASH_USMO;
+        let (mut e, registry) = engine_with(dir.path(), extra, Box::new(Discard));
         let version = feed_until_first_model(&mut e, &registry);
         e.config.retrain.every_events = 1_000_000;
         let trained = registry.active().expect("model");
