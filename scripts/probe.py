@@ -1634,11 +1634,7 @@ def run_connections(args, res, work):
         st, _ = http_req(port, "GET", "/v1/model", timeout=5)
         if st != 200:
             res.note(f"GET /v1/model after the flood: {st}", fail=True)
-        alive = d.alive()
-        rc = d.stop()
-        if not alive or crashed(rc, d.stderr()):
-            res.crashes += 1
-            res.note(f"daemon died: exit {rc}", fail=True)
+        stop_checked(d, res, "daemon")
     finally:
         for s in socks:
             s.close()
@@ -1735,11 +1731,7 @@ def run_stalled_uploads(args, res, work):
         if codes.get(408, 0) != n:
             res.note(f"not every stalled upload got 408: {codes}", fail=True)
             res.lost += sum(v for k, v in codes.items() if k != 408 and not isinstance(k, int))
-        alive = d.alive()
-        rc = d.stop()
-        if not alive or crashed(rc, d.stderr()):
-            res.crashes += 1
-            res.note(f"daemon died: exit {rc}", fail=True)
+        stop_checked(d, res, "daemon")
     finally:
         if d.alive():
             d.kill9()

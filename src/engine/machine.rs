@@ -3387,16 +3387,7 @@ mod tests {
         let version = feed_until_first_model(&mut e, &registry);
         e.config.retrain.every_events = 1_000_000;
         let trained = registry.active().expect("model");
-        let drifted = relabelled_as_negatives(
-            &e,
-            Channel::Unlabeled,
-            trained.meta.trained_at_ms,
-            400,
-            "drift",
-        );
-        for (record, _) in &drifted {
-            e.handle(record).expect("handled");
-        }
+        handle_drifted_negatives(&mut e, trained.meta.trained_at_ms);
         e.finish().expect("finish");
         let fresh = registry.active().expect("model");
         assert_eq!((fresh.meta.version, fresh.threshold_version), (version, 8));
@@ -3602,6 +3593,16 @@ mod tests {
             .collect()
     }
 
+    /// 400 unlabeled events of the bundled stream, re-sent as negative feedback after
+    /// `after` and handled: negatives drifted onto the unlabeled distribution (a third spam).
+    fn handle_drifted_negatives(e: &mut Engine, after: i64) -> Vec<(Record, Event)> {
+        let drifted = relabelled_as_negatives(e, Channel::Unlabeled, after, 400, "drift");
+        for (record, _) in &drifted {
+            e.handle(record).expect("handled");
+        }
+        drifted
+    }
+
     fn recalibrations(e: &Engine, result: &str) -> u64 {
         e.metrics.recalibrations.with_label_values(&[result]).get()
     }
@@ -3622,16 +3623,7 @@ mod tests {
         e.config.retrain.every_events = 1_000_000;
         let first = registry.active().expect("model");
         assert_eq!(first.threshold_version, 0);
-        let drifted = relabelled_as_negatives(
-            &e,
-            Channel::Unlabeled,
-            first.meta.trained_at_ms,
-            400,
-            "drift",
-        );
-        for (record, _) in &drifted {
-            e.handle(record).expect("handled");
-        }
+        let drifted = handle_drifted_negatives(&mut e, first.meta.trained_at_ms);
         let active = registry.active().expect("model");
         assert_eq!(
             (active.meta.version, active.threshold_version),
