@@ -154,14 +154,40 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Connections the kernel queues for `accept` (capped by `net.core.somaxconn`). Tokio's
+/// default, 1 024, overflowed under a flood of 5 000 connections: the SYN of a `/healthz`
+/// probe behind them was dropped and retried after the 1 s retransmission timeout
+/// (scripts/probe.py `connections`).
+const LISTEN_BACKLOG: u32 = 8192;
+
 /// Binds `addr` (`http.listen`), naming it in the error.
 pub async fn bind(addr: &str) -> Result<TcpListener, ServeError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: addr.to_owned(),
-            source,
-        })
+    let failed = |source| ServeError::Bind {
+        addr: addr.to_owned(),
+        source,
+    };
+    let mut last = None;
+    for address in tokio::net::lookup_host(addr).await.map_err(failed)? {
+        let socket = match address {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        };
+        let listening = socket.and_then(|socket| {
+            socket.set_reuseaddr(true)?;
+            socket.bind(address)?;
+            socket.listen(LISTEN_BACKLOG)
+        });
+        match listening {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(failed(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolves to nothing",
+        )
+    })))
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then stops accepting and waits for
