@@ -60,6 +60,13 @@ impl StoreError {
             source,
         }
     }
+
+    fn corrupt(path: &Path, message: impl Into<String>) -> StoreError {
+        StoreError::Corrupt {
+            path: path.display().to_string(),
+            message: message.into(),
+        }
+    }
 }
 
 /// A persisted model with its provenance, which the daemon needs (its version, training time
@@ -219,21 +226,28 @@ impl ModelStore {
 
     /// Where the model of `version` is (or would be) stored.
     pub fn model_path(&self, version: u64) -> PathBuf {
+        self.beside_model(version, "nmd")
+    }
+
+    /// A file of model `version` in `models/`: `model-<version, 20 digits>.<suffix>`.
+    fn beside_model(&self, version: u64, suffix: &str) -> PathBuf {
         self.dir
             .join("models")
-            .join(format!("model-{version:020}.nmd"))
+            .join(format!("model-{version:020}.{suffix}"))
     }
 
     /// Where the newest fresh threshold of model `version` is (or would be) stored.
     pub fn threshold_path(&self, version: u64) -> PathBuf {
-        self.dir
-            .join("models")
-            .join(format!("model-{version:020}.threshold.json"))
+        self.beside_model(version, "threshold.json")
+    }
+
+    /// Where the ids model `version` held out are (or would be) stored.
+    pub fn held_out_path(&self, version: u64) -> PathBuf {
+        self.beside_model(version, "heldout.json")
     }
 
     /// Persists `stored`'s threshold as its model's newest fresh one (atomically).
     pub fn save_threshold(&self, stored: &StoredModel) -> Result<(), StoreError> {
-        let path = self.threshold_path(stored.meta.version);
         let Some(threshold) = stored.model.threshold() else {
             return Ok(());
         };
@@ -242,45 +256,17 @@ impl ModelStore {
             threshold_version: stored.threshold_version,
             threshold: threshold.clone(),
         };
-        let bytes = serde_json::to_vec(&file).map_err(|e| StoreError::Corrupt {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        write_atomic(&path, &bytes).map_err(|e| StoreError::io(&path, e))
-    }
-
-    /// Where the ids model `version` held out are (or would be) stored.
-    pub fn held_out_path(&self, version: u64) -> PathBuf {
-        self.dir
-            .join("models")
-            .join(format!("model-{version:020}.heldout.json"))
+        write_json(&self.threshold_path(stored.meta.version), &file)
     }
 
     /// Persists the ids model `version`'s snapshot held out (atomically).
     pub fn save_held_out(&self, version: u64, ids: &BTreeSet<String>) -> Result<(), StoreError> {
-        let path = self.held_out_path(version);
-        let bytes = serde_json::to_vec(ids).map_err(|e| StoreError::Corrupt {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        write_atomic(&path, &bytes).map_err(|e| StoreError::io(&path, e))
+        write_json(&self.held_out_path(version), ids)
     }
 
     /// The ids model `version` held out; `None` when they were not stored.
     pub fn held_out(&self, version: u64) -> Result<Option<BTreeSet<String>>, StoreError> {
-        let path = self.held_out_path(version);
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|e| StoreError::Corrupt {
-                        path: path.display().to_string(),
-                        message: e.to_string(),
-                    })
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::io(&path, e)),
-        }
+        read_json(&self.held_out_path(version))
     }
 
     /// The newest fresh threshold stored for model `version` and its threshold version;
@@ -291,28 +277,23 @@ impl ModelStore {
         version: u64,
     ) -> Result<Option<(u64, ThresholdResult)>, StoreError> {
         let path = self.threshold_path(version);
-        let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(StoreError::io(&path, e)),
+        let Some(file) = read_json::<FreshThreshold>(&path)? else {
+            return Ok(None);
         };
-        let corrupt = |message: String| StoreError::Corrupt {
-            path: path.display().to_string(),
-            message,
-        };
-        let file: FreshThreshold =
-            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
         if file.version != version {
-            return Err(corrupt(format!(
-                "it is the threshold of model {}, not {version}",
-                file.version
-            )));
+            return Err(StoreError::corrupt(
+                &path,
+                format!(
+                    "it is the threshold of model {}, not {version}",
+                    file.version
+                ),
+            ));
         }
         if !file.threshold.threshold.is_finite() {
-            return Err(corrupt(format!(
-                "the threshold {} is not finite",
-                file.threshold.threshold
-            )));
+            return Err(StoreError::corrupt(
+                &path,
+                format!("the threshold {} is not finite", file.threshold.threshold),
+            ));
         }
         Ok(Some((file.threshold_version, file.threshold)))
     }
@@ -440,6 +421,23 @@ impl ModelStore {
             });
         }
         Ok((usable, skipped))
+    }
+}
+
+/// Writes `value` as JSON to `path` (atomically).
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), StoreError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| StoreError::corrupt(path, e.to_string()))?;
+    write_atomic(path, &bytes).map_err(|e| StoreError::io(path, e))
+}
+
+/// The JSON value in `path`; `None` when there is no such file.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, StoreError> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| StoreError::corrupt(path, e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StoreError::io(path, e)),
     }
 }
 

@@ -32,10 +32,7 @@ impl Deref for RequestBody {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        match &self.0 {
-            Buffer::Heap(bytes) => bytes,
-            Buffer::Mapped { map, len } => &map[..*len],
-        }
+        self.0.bytes()
     }
 }
 
@@ -54,10 +51,10 @@ impl Buffer {
         Ok(Buffer::Mapped { map, len: 0 })
     }
 
-    fn len(&self) -> usize {
+    fn bytes(&self) -> &[u8] {
         match self {
-            Buffer::Heap(bytes) => bytes.len(),
-            Buffer::Mapped { len, .. } => *len,
+            Buffer::Heap(bytes) => bytes,
+            Buffer::Mapped { map, len } => &map[..*len],
         }
     }
 
@@ -66,32 +63,22 @@ impl Buffer {
     /// than announced) moves into a map of `limit` bytes, of which only the written pages
     /// are resident.
     fn extend(&mut self, data: &[u8], limit: usize) -> Result<(), ApiError> {
-        let needed = self.len() + data.len();
+        let needed = self.bytes().len() + data.len();
         let grows_past = match self {
             Buffer::Heap(bytes) => needed > bytes.capacity() && needed >= MAP_FROM_BYTES,
             Buffer::Mapped { map, .. } => needed > map.len(),
         };
         if grows_past {
             let mut larger = Buffer::with_capacity(limit.max(MAP_FROM_BYTES))?;
-            larger.append(self);
+            larger.write(self.bytes());
             *self = larger;
         }
-        match self {
-            Buffer::Heap(bytes) => bytes.extend_from_slice(data),
-            Buffer::Mapped { map, len } => {
-                map[*len..*len + data.len()].copy_from_slice(data);
-                *len += data.len();
-            }
-        }
+        self.write(data);
         Ok(())
     }
 
-    /// Copies `other`'s content to the end of this buffer, which has room for it.
-    fn append(&mut self, other: &Buffer) {
-        let data: &[u8] = match other {
-            Buffer::Heap(bytes) => bytes,
-            Buffer::Mapped { map, len } => &map[..*len],
-        };
+    /// Copies `data` to the end; a map has room for it.
+    fn write(&mut self, data: &[u8]) {
         match self {
             Buffer::Heap(bytes) => bytes.extend_from_slice(data),
             Buffer::Mapped { map, len } => {
@@ -119,7 +106,7 @@ fn start(announced: Option<usize>, limit: usize) -> Result<Buffer, ApiError> {
 
 /// Appends one chunk of the body (413 when the body passes `limit`).
 fn push(buffer: &mut Buffer, data: &[u8], limit: usize) -> Result<(), ApiError> {
-    if buffer.len() + data.len() > limit {
+    if buffer.bytes().len() + data.len() > limit {
         return Err(too_large(limit));
     }
     buffer.extend(data, limit)
