@@ -7,7 +7,8 @@
 //!   cache ([`learn::kernel`]), the USMO positive-unlabeled solver ([`learn::usmo`]), the τ-FPL
 //!   ranker ([`learn::tfpl`]: FISTA on the dual, an interior point on the primal for few
 //!   features) and its projection onto Γ_k ([`learn::projection`]), the cost-sensitive linear
-//!   SVM baseline ([`learn::linsvm`]), the online logistic-regression baseline of `replay
+//!   SVM baseline ([`learn::linsvm`]), the semi-supervised SVMs ([`learn::s3vm`]: CutS3VM and
+//!   the Nyström map it takes kernels through), the online logistic-regression baseline of `replay
 //!   --baseline` ([`learn::online`]), false-positive thresholds on score arrays
 //!   ([`learn::threshold`]), which rows train and which calibrate ([`learn::calibrate`]),
 //!   hyper-parameter choice by cross-validation ([`learn::tune`]), τ-FPL's ranking depth
@@ -19,7 +20,8 @@
 //!   settings into ([`learn::spec`]).
 //! - [`data`]: samples and their files: dense and sparse rows behind one access type
 //!   ([`data::rows`]), CSV and LIBSVM readers ([`mod@data::read`]), feature scaling
-//!   ([`data::scale`]), PU relabelling and row ranges.
+//!   ([`data::scale`]), PU relabelling, the semi-supervised labelled-row protocols and row
+//!   ranges.
 //! - [`codec`]: the one place that turns values into bytes and back (bincode 2, serde).
 //! - [`deque`]: searches and removals on sorted deques, for the windows and the offset book.
 //! - [`files`]: files written atomically (temporary file beside, fsync, rename, directory

@@ -1275,7 +1275,7 @@ fn tfpl_umbrella_threshold_is_certified_and_flags_scores() {
     assert_eq!(rows, 683);
     let inspect = neyman(&["model", "inspect", s(&model)]).ok().json();
     assert_eq!(inspect["algorithm"], "tfpl");
-    assert_eq!(inspect["format_version"], 4);
+    assert_eq!(inspect["format_version"], 5);
     assert_eq!(inspect["threshold"]["method"], "umbrella");
 }
 

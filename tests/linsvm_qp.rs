@@ -10,9 +10,9 @@ mod common;
 
 use clarabel::algebra::CscMatrix;
 use clarabel::solver::{DefaultSolver, IPSolver, SolverStatus, SupportedConeT::NonnegativeConeT};
-use common::{settings_with_tol, SplitMix64};
+use common::{settings_with_tol, to_sparse, SplitMix64};
 use ndarray::Array2;
-use neyman::data::{CsrMatrix, Rows};
+use neyman::data::Rows;
 use neyman::learn::linsvm::{LinearSvm, LinearSvmParams};
 use proptest::prelude::*;
 
@@ -32,20 +32,6 @@ fn problem(seed: u64, n: usize, d: usize) -> (Array2<f64>, Vec<bool>) {
         }
     });
     (x, positive)
-}
-
-fn to_sparse(x: &Array2<f64>) -> Rows {
-    let mut csr = CsrMatrix::new(x.ncols());
-    for r in x.outer_iter() {
-        let (idx, val): (Vec<u32>, Vec<f64>) = r
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| **v != 0.0)
-            .map(|(j, &v)| (j as u32, v))
-            .unzip();
-        csr.push_row(&idx, &val).expect("sorted in-range indices");
-    }
-    Rows::Sparse(csr)
 }
 
 /// The reference: w̃* = Σ α*_i y_i (x_i, 1) from clarabel's α*.

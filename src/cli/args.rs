@@ -7,11 +7,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use super::CliError;
 pub use crate::config::{AlgorithmName, KernelName, OobRuleName, ScaleName, ThresholdName};
-use crate::data::{Format, ReadOptions};
+use crate::data::{Format, LabelledRows, ReadOptions};
 use crate::learn::metrics::F1Class;
+use crate::learn::s3vm::cut::CutS3vmParams;
 use crate::learn::spec::{
-    AlgorithmSpec, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, Reg, SolverLimits,
-    TfplSpec, ThresholdSettings, UsmoSpec,
+    AlgorithmSpec, CutS3vmSpec, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, Reg,
+    SolverLimits, TfplSpec, ThresholdSettings, UsmoSpec,
 };
 use crate::learn::tfpl::TfplSolver;
 
@@ -269,6 +270,9 @@ pub enum BenchCommand {
     Scoring(BenchScoringArgs),
     /// τ-FPL (linear) training time on a data file up-sampled 1×, 2×, 4×, …: is it linear in n?
     Tfpl(BenchTfplArgs),
+    /// CutS3VM training time on the first N rows of a shuffled file at each --n: is it near
+    /// linear in n?
+    Cuts3vm(Box<BenchCuts3vmArgs>),
     /// The daemon's Kafka pipeline vs a raw consume → produce loop on the same broker, plus
     /// consume-only rate and end-to-end latency at a paced rate.
     Kafka(BenchKafkaArgs),
@@ -276,6 +280,31 @@ pub enum BenchCommand {
     /// scoring, the output files) vs the online logistic regression baseline on the same
     /// stream, in alternating rounds.
     Replay(BenchReplayArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchCuts3vmArgs {
+    /// A fully labelled data file (labels 1 / -1).
+    #[arg(long)]
+    pub data: PathBuf,
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// Sizes: each trains on the first N rows of the file shuffled with --seed.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub n: Vec<usize>,
+    #[command(flatten)]
+    pub labelled: LabelledArgs,
+    /// Seed of the shuffle, the hidden labels and the Nyström landmarks.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Fits per size; the median time is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -502,8 +531,11 @@ pub struct ModelArgs {
     /// threshold it defaults, when --prior-min or --prior-max is `auto`, to the estimate from the
     /// training rows (train and eval, per split), and otherwise in `eval --tau` to the middle of
     /// --prior-min/--prior-max.
-    #[arg(allow_negative_numbers = true, long)]
-    pub prior: Option<f64>,
+    /// cuts3vm: the positive share of the unlabeled rows (b = 2π − 1), default the labelled
+    /// rows' positive share clamped to [0.05, 0.95]; `eval --algo cuts3vm` also takes `oracle`,
+    /// the true share of the rows made unlabeled in each trial.
+    #[arg(allow_negative_numbers = true, long, value_parser = parse_prior)]
+    pub prior: Option<PriorArg>,
     /// λ: the regularisation weight (eval picks it by cross-validation when absent).
     #[arg(allow_negative_numbers = true, long)]
     pub lambda: Option<f64>,
@@ -548,6 +580,52 @@ pub struct ModelArgs {
     /// Kernel-row cache budget in MiB.
     #[arg(long, default_value_t = 256)]
     pub cache_mb: usize,
+    /// cuts3vm: C_l of objective (1), the weight of the labelled rows' hinge sum divided by n
+    /// (not LIBSVM's C, which multiplies the plain sum).
+    #[arg(allow_negative_numbers = true, long)]
+    pub cl: Option<f64>,
+    /// cuts3vm: C_u of objective (1), the weight of the unlabeled rows' hinge sum divided by n.
+    #[arg(allow_negative_numbers = true, long)]
+    pub cu: Option<f64>,
+    /// cuts3vm: ε of the outer stop H(w) ≤ ξ + ε (paper eq. 12).
+    #[arg(allow_negative_numbers = true, long, default_value_t = CutS3vmParams::DEFAULT_EPSILON)]
+    pub epsilon: f64,
+    /// cuts3vm: the CCCP inner loop stops when the objective falls by less than this share.
+    #[arg(allow_negative_numbers = true, long, default_value_t = CutS3vmParams::DEFAULT_CCCP_TOL)]
+    pub cccp_tol: f64,
+    /// cuts3vm: landmarks of the explicit Nyström map a non-linear --kernel needs (drawn with
+    /// --seed).
+    #[arg(long)]
+    pub nystrom_rank: Option<usize>,
+    /// cuts3vm: cap on the outer rounds (reported as stop_reason max_rounds).
+    #[arg(long, default_value_t = CutS3vmParams::DEFAULT_MAX_ROUNDS)]
+    pub max_rounds: usize,
+    /// cuts3vm: stages of C_u/2^k (k = N … 1) solved before C_u, each from the previous
+    /// solution (0: straight to C_u from the labelled-only fit).
+    #[arg(long, default_value_t = CutS3vmParams::DEFAULT_ANNEAL_STAGES)]
+    pub anneal_stages: u32,
+}
+
+/// Which rows of a fully labelled file keep their label (the semi-supervised protocols).
+#[derive(Debug, Clone, Args)]
+pub struct LabelledArgs {
+    /// For fully labelled files: per class, this fraction of the rows (at least one) keep
+    /// their label and the others become unlabeled (0), drawn with --seed.
+    #[arg(long, conflicts_with = "labeled_count")]
+    pub labeled_fraction: Option<f64>,
+    /// For fully labelled files: this many rows, drawn uniformly with --seed (redrawn until
+    /// both classes appear), keep their label; the others become unlabeled (0).
+    #[arg(long)]
+    pub labeled_count: Option<usize>,
+}
+
+impl LabelledArgs {
+    /// The protocol the flags ask for, if any.
+    pub fn rule(&self) -> Option<LabelledRows> {
+        self.labeled_fraction
+            .map(LabelledRows::Fraction)
+            .or(self.labeled_count.map(LabelledRows::Count))
+    }
 }
 
 /// The false-positive target and how the threshold is calibrated.
@@ -600,18 +678,22 @@ pub struct ThresholdArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
-    /// The learner: usmo (positive-unlabeled SVM) or tfpl (τ-FPL, FPR-constrained ranking).
+    /// The learner: usmo (positive-unlabeled SVM), tfpl (τ-FPL, FPR-constrained ranking) or
+    /// cuts3vm (semi-supervised SVM on labelled positives and negatives plus unlabeled rows).
     #[arg(long, value_enum)]
     pub algo: AlgorithmName,
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub labelled: LabelledArgs,
     /// Rows A:B to train on (0-based, half-open, over data rows; applied after PU labelling).
     #[arg(long)]
     pub rows: Option<String>,
     /// For fully labelled files: label this fraction of the positives, make the rest unlabeled.
     #[arg(long)]
     pub pu_labeled_fraction: Option<f64>,
-    /// Seed for --pu-labeled-fraction.
+    /// Seed of --pu-labeled-fraction, --labeled-fraction, --labeled-count, the calibration
+    /// split and the Nyström landmarks.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[command(flatten)]
@@ -757,11 +839,14 @@ pub struct EvalThresholdArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
-    /// The learner: usmo (positive-unlabeled SVM) or tfpl (τ-FPL, FPR-constrained ranking).
+    /// The learner: usmo (positive-unlabeled SVM), tfpl (τ-FPL, FPR-constrained ranking) or
+    /// cuts3vm (semi-supervised SVM on labelled positives and negatives plus unlabeled rows).
     #[arg(long, value_enum)]
     pub algo: AlgorithmName,
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub labelled: LabelledArgs,
     /// Fraction of the training positives that keep their label (required for usmo; with tfpl
     /// the rest are trained on as negatives together with the true negatives).
     #[arg(long)]
@@ -835,16 +920,59 @@ impl ModelArgs {
     /// ([`ModelArgs::required_prior`]).
     pub fn usmo_spec(&self, lambda: f64) -> UsmoSpec {
         UsmoSpec {
-            prior: self.prior,
+            prior: self.prior_value(),
             lambda,
             cache_bytes: self.cache_mb.saturating_mul(1 << 20),
         }
     }
 
+    /// `--prior` as a number (`None` when absent or `oracle`).
+    pub fn prior_value(&self) -> Option<f64> {
+        match self.prior {
+            Some(PriorArg::Value(v)) => Some(v),
+            Some(PriorArg::Oracle) | None => None,
+        }
+    }
+
+    /// Refuses `--prior oracle` in `command`, which has no hidden labels to take it from.
+    pub fn refuse_oracle(&self, command: &str) -> Result<(), CliError> {
+        if self.prior == Some(PriorArg::Oracle) {
+            return Err(CliError::Usage(format!(
+                "--prior oracle is for `eval --algo cuts3vm` (the true share of the rows made \
+                 unlabeled); {command} needs a number"
+            )));
+        }
+        Ok(())
+    }
+
     /// `--prior`, where nothing estimates it.
     pub fn required_prior(&self) -> Result<f64, CliError> {
-        self.prior
+        self.prior_value()
             .ok_or_else(|| CliError::Usage("--algo usmo needs --prior".into()))
+    }
+
+    /// CutS3VM's settings; a missing `--cl` or `--cu` is NaN here, which the solver's check
+    /// refuses naming the flag (`train` and `eval` ask for them first).
+    pub fn cuts3vm_spec(&self) -> CutS3vmSpec {
+        CutS3vmSpec {
+            prior: self.prior_value(),
+            epsilon: self.epsilon,
+            cccp_tol: self.cccp_tol,
+            max_rounds: self.max_rounds,
+            anneal_stages: self.anneal_stages,
+            nystrom_rank: self.nystrom_rank,
+            ..CutS3vmSpec::new(self.cl.unwrap_or(f64::NAN), self.cu.unwrap_or(f64::NAN))
+        }
+    }
+
+    /// `--cl` and `--cu`, which cuts3vm requires.
+    pub fn require_cl_cu(&self) -> Result<(), CliError> {
+        if self.cl.is_none() || self.cu.is_none() {
+            return Err(CliError::Usage(
+                "--algo cuts3vm needs --cl and --cu (the C_l and C_u of objective (1))".into(),
+            ));
+        }
+        Ok(())
     }
 
     pub fn tfpl_spec(&self, reg: f64) -> TfplSpec {
@@ -864,6 +992,7 @@ impl ModelArgs {
         let algorithm = match algo {
             AlgorithmName::Usmo => AlgorithmSpec::Usmo(self.usmo_spec(regularisation)),
             AlgorithmName::Tfpl => AlgorithmSpec::Tfpl(self.tfpl_spec(regularisation)),
+            AlgorithmName::Cuts3vm => AlgorithmSpec::CutS3vm(self.cuts3vm_spec()),
         };
         LearnerSpec {
             algorithm,
@@ -884,6 +1013,7 @@ impl TrainArgs {
     /// `--reg` (default [`DEFAULT_REG`]); the threshold flags, if `--tau` (tfpl needs it: it
     /// ranks at `--rank-tau`, else at `--tau`); `--seed`.
     pub fn learner_spec(&self) -> Result<LearnerSpec, CliError> {
+        self.model.refuse_oracle("train")?;
         let regularisation = match self.algo {
             AlgorithmName::Usmo => self
                 .model
@@ -894,6 +1024,10 @@ impl TrainArgs {
                     return Err(CliError::Usage("--algo tfpl needs --tau".into()));
                 }
                 self.model.reg.unwrap_or(DEFAULT_REG)
+            }
+            AlgorithmName::Cuts3vm => {
+                self.model.require_cl_cu()?;
+                f64::NAN
             }
         };
         let threshold = self.threshold.settings();
@@ -952,6 +1086,23 @@ impl ReadArgs {
 }
 
 pub use crate::config::parse_duration;
+
+/// `--prior`: a number, or `oracle` (see [`ModelArgs::prior`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PriorArg {
+    Value(f64),
+    Oracle,
+}
+
+/// `--prior`: `oracle` or a number (its range is checked where it is used).
+fn parse_prior(text: &str) -> Result<PriorArg, String> {
+    if text == "oracle" {
+        return Ok(PriorArg::Oracle);
+    }
+    text.parse::<f64>()
+        .map(PriorArg::Value)
+        .map_err(|_| format!("expected a number or \"oracle\", got \"{text}\""))
+}
 
 /// `--rank-tau`: `auto` or a number (its range is checked where it is used).
 fn parse_rank_tau(text: &str) -> Result<RankTau, String> {

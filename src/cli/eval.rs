@@ -70,7 +70,7 @@ pub(super) fn choose_lambda(
     seed: u64,
     cancel: &AtomicBool,
 ) -> Result<f64, CliError> {
-    let prior = args.model.prior.unwrap_or(0.5);
+    let prior = args.model.prior_value().unwrap_or(0.5);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_cafe);
     // Folds stratified by PU label so every fold has positives.
     let mut fold_of = vec![0usize; train.len()];

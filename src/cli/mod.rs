@@ -7,7 +7,8 @@
 //! others have a file each: [`args`] (the clap definitions and the flags' help), [`daemon`]
 //! (`run`, `replay`), [`kafka`] (`record`, `replay --to-kafka`), [`stream`] (`stream make`),
 //! [`bench`](mod@bench) and [`bench_kafka`] (`bench ...`), `eval` (the PU evaluation), `np_eval` (the
-//! Neyman–Pearson protocol) with `np_cells` (its plan and per-split cells) and `baselines`
+//! Neyman–Pearson protocol) with `np_cells` (its plan and per-split cells), [`s3vm`] (the
+//! transductive trials of `eval --algo cuts3vm` and `bench cuts3vm`) and `baselines`
 //! (the linear-SVM baselines it compares against), [`plot`] (ROC plots), `plot_blocks` (the
 //! per-block chart of `replay --plot`), [`prior`] (bounds on the positive share of a file's
 //! unlabeled rows), `progress` (counts and ETA of long commands on stderr) and [`log`] (the
@@ -27,6 +28,7 @@ pub mod plot;
 mod plot_blocks;
 pub mod prior;
 mod progress;
+pub mod s3vm;
 pub mod stream;
 
 use std::io::Write;
@@ -41,7 +43,10 @@ use crate::learn::calibrate::CalibrateError;
 use crate::learn::metrics::Confusion;
 use crate::learn::model::{Fingerprint, Model, ModelError};
 use crate::learn::prior::resolve_training_prior;
-use crate::learn::spec::{model_of, SpecError};
+use crate::learn::s3vm::cut::CutError;
+use crate::learn::s3vm::nystrom::NystromError;
+use crate::learn::s3vm::{labelled_prior, PriorSource};
+use crate::learn::spec::{model_of, training_rows, AlgorithmSpec, LearnerSpec, SpecError};
 use crate::learn::tfpl::TfplValidParams;
 use crate::learn::threshold::ThresholdResult;
 use crate::learn::usmo::{UsmoError, UsmoValidParams};
@@ -51,8 +56,12 @@ use args::{DataArgs, ModelArgs, ReportFormat, ScoreArgs, TrainArgs};
 use progress::FitProgress;
 
 /// `neyman eval`: with `--tau`, the Neyman–Pearson protocol (`np_eval.rs`); without, the PU
-/// evaluation (`eval.rs`).
+/// evaluation (`eval.rs`), or for cuts3vm the transductive protocol (`s3vm.rs`).
 pub fn eval(args: &args::EvalArgs, cancel: &AtomicBool) -> Result<(), CliError> {
+    if args.algo == args::AlgorithmName::Cuts3vm && args.threshold.tau.is_empty() {
+        return s3vm::s3vm_eval(args, cancel);
+    }
+    args.model.refuse_oracle("this eval")?;
     if args.threshold.tau.is_empty() {
         eval::pu_eval(args, cancel)
     } else {
@@ -110,6 +119,7 @@ impl From<CalibrateError> for CliError {
                 CliError::Threshold(e.to_string())
             }
             CalibrateError::Tfpl(t) => CliError::Training(t.to_string()),
+            CalibrateError::CutS3vm(c) => c.into(),
             CalibrateError::Prior(p) => p.into(),
         }
     }
@@ -126,12 +136,26 @@ impl From<UsmoError> for CliError {
     }
 }
 
+/// A CutS3VM setting or data that cannot train it is a usage error (exit 2): the flags or the
+/// file's labels must change; a non-finite solution is a training failure.
+impl From<CutError> for CliError {
+    fn from(e: CutError) -> CliError {
+        match e {
+            CutError::NonFinite | CutError::Nystrom(NystromError::Eigen) => {
+                CliError::Training(e.to_string())
+            }
+            other => CliError::Usage(other.to_string()),
+        }
+    }
+}
+
 /// Data errors caused by a flag's value are usage errors (exit 2); the rest are about the file.
 impl From<DataError> for CliError {
     fn from(e: DataError) -> CliError {
         match e {
             DataError::UnknownFormat { .. }
             | DataError::BadFraction(_)
+            | DataError::Labelled(_)
             | DataError::BadRowRange { .. } => CliError::Usage(e.to_string()),
             other => CliError::Data(other),
         }
@@ -148,6 +172,7 @@ impl From<SpecError> for CliError {
         match e {
             SpecError::Usmo(u) => u.into(),
             SpecError::Tfpl(t) => CliError::Usage(t.to_string()),
+            SpecError::CutS3vm(c) => c.into(),
         }
     }
 }
@@ -211,6 +236,9 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     if let Some(fraction) = args.pu_labeled_fraction {
         data.pu_relabel(fraction, args.seed)?;
     }
+    if let Some(rule) = args.labelled.rule() {
+        data.hide_labels(rule, args.seed)?;
+    }
     if let Some(spec) = &args.rows {
         data = data.slice_rows(spec)?;
     }
@@ -228,6 +256,7 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     // nor its scaler, nor the π it is trained with.
     let held_out = spec.held_out(&data)?;
     let (spec, _) = resolve_training_prior(&spec, &data, &held_out, cancel)?;
+    let (spec, prior_source) = s3vm_prior(spec, &data, &held_out)?;
     let learner = spec.check()?;
     let previous = match &args.warm_start {
         Some(path) => Some(read_model(path)?),
@@ -303,12 +332,20 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     {
         fields.insert("rank_tau".into(), rank_tau.clone());
     }
+    if let (Some(source), Some(fields)) = (prior_source, report.as_object_mut()) {
+        fields.insert("prior_source".into(), json!(source));
+    }
     if let (Some(b), Some(fields)) = (&prior, report.as_object_mut()) {
         fields.insert("prior_estimate".into(), json!(b.estimate));
         fields.insert("prior_lower_bound".into(), json!(b.lower));
         fields.insert("prior_upper_bound".into(), json!(b.upper));
     }
-    if model.degenerate() {
+    if model.degenerate() && matches!(model, Model::CutS3vm(_)) {
+        tracing::warn!(
+            "the model is degenerate: w = 0, so every row scores b = 2π − 1 and it ranks \
+             nothing; scale the features (--scale standard) or change --cl / --cu"
+        );
+    } else if model.degenerate() {
         tracing::warn!(
             rank_tau = %report["rank_tau"],
             "the model is degenerate: its scores are constant (w = 0 is the τ-FPL optimum at \
@@ -316,19 +353,35 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
              (--rank-tau auto, or a larger value)"
         );
     }
-    if report["converged"] == json!(false) {
+    if report["converged"] == json!(false) && matches!(model, Model::CutS3vm(_)) {
+        tracing::warn!(
+            stop_reason = %report["stop_reason"],
+            rounds = %report["rounds"],
+            "training stopped before convergence (H(w) > ξ + ε)"
+        );
+    } else if report["converged"] == json!(false) {
         tracing::warn!(
             iterations = %report["iterations"],
             cancelled = %report["cancelled"],
             "training stopped before convergence"
         );
     }
+    let fit_steps = &report[if matches!(model, Model::CutS3vm(_)) {
+        "rounds"
+    } else {
+        "iterations"
+    }];
     match args.report {
         Some(ReportFormat::Json) => println!("{report}"),
         None => println!(
-            "trained {}: {} pair/gradient steps, converged: {}, {:.3}s{} -> {}",
+            "trained {}: {} {}, converged: {}, {:.3}s{} -> {}",
             model.algorithm(),
-            report["iterations"],
+            fit_steps,
+            if matches!(model, Model::CutS3vm(_)) {
+                "cutting-plane rounds"
+            } else {
+                "pair/gradient steps"
+            },
             report["converged"],
             report["train_seconds"].as_f64().unwrap_or(0.0),
             threshold.as_ref().map_or(String::new(), |t| format!(
@@ -339,6 +392,34 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         ),
     }
     Ok(())
+}
+
+/// CutS3VM's π when `--prior` is absent: the labelled positive share of the training rows
+/// (not `held_out`), clamped to [0.05, 0.95], with a warning; and where π came from. Other
+/// algorithms pass through.
+fn s3vm_prior(
+    mut spec: LearnerSpec,
+    data: &Dataset,
+    held_out: &[bool],
+) -> Result<(LearnerSpec, Option<PriorSource>), CliError> {
+    let AlgorithmSpec::CutS3vm(s) = &mut spec.algorithm else {
+        return Ok((spec, None));
+    };
+    if s.prior.is_some() {
+        return Ok((spec, Some(PriorSource::Given)));
+    }
+    let training = data.select(&training_rows(held_out));
+    let prior = labelled_prior(&training).ok_or_else(|| {
+        CliError::Usage("cuts3vm needs labelled rows of both classes (1 and -1)".into())
+    })?;
+    tracing::warn!(
+        prior,
+        "no --prior: π (the positive share of the unlabeled rows) is taken as the labelled rows' \
+         positive share, clamped to [0.05, 0.95]; a wrong π biases the labelling (balance \
+         constraint), so give --prior when it is known"
+    );
+    s.prior = Some(prior);
+    Ok((spec, Some(PriorSource::Labelled)))
 }
 
 /// `neyman completions SHELL`: the completion script of the whole command line on stdout.

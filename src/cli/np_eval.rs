@@ -72,7 +72,8 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
 use super::args::{
-    AlgorithmName, CompareArg, EvalArgs, ModelArgs, ReportFormat, ThresholdName, DEFAULT_REG,
+    AlgorithmName, CompareArg, EvalArgs, ModelArgs, PriorArg, ReportFormat, ThresholdName,
+    DEFAULT_REG,
 };
 use super::baselines::svm_cells;
 use super::eval::{choose_lambda, jobs, run_repeats, stratified_split, transductive};
@@ -92,6 +93,9 @@ use crate::learn::spec::{
 use crate::learn::threshold::{calibration_split, OobRule, ThresholdError, ThresholdMethod};
 use crate::learn::tune::{choose_reg, TuneError};
 
+/// Why `eval --tau` refuses cuts3vm: its evaluation is the transductive protocol.
+const CUTS3VM_EVAL: &str =
+    "eval --algo cuts3vm runs the transductive protocol (without --tau); --tau takes usmo or tfpl";
 /// Cross-validation folds for R (tfpl) and the baselines' C unless `--cv`.
 const DEFAULT_FOLDS: usize = 5;
 
@@ -453,10 +457,10 @@ fn usmo_setup(
         |rows| usmo_scaler(kind, rows),
     )?;
     let (spec, estimate) = prep.with_training_prior(spec, cancel)?;
-    let args = match (plan.args.model.prior, estimate) {
+    let args = match (plan.args.model.prior_value(), estimate) {
         (None, Some(prior)) => {
             let mut filled = plan.args.clone();
-            filled.model.prior = Some(prior);
+            filled.model.prior = Some(PriorArg::Value(prior));
             Cow::Owned(filled)
         }
         _ => Cow::Borrowed(plan.args),
@@ -629,7 +633,7 @@ fn with_default_prior(args: &EvalArgs) -> Cow<'_, EvalArgs> {
                 && threshold_of(args) == ThresholdMethod::PuUmbrella =>
         {
             let mut filled = args.clone();
-            filled.model.prior = Some(0.5 * (lo + hi));
+            filled.model.prior = Some(PriorArg::Value(0.5 * (lo + hi)));
             Cow::Owned(filled)
         }
         _ => Cow::Borrowed(args),
@@ -642,7 +646,7 @@ fn with_default_prior(args: &EvalArgs) -> Cow<'_, EvalArgs> {
 /// asked for `--prior`.
 fn with_stand_in_prior(model: &ModelArgs) -> ModelArgs {
     let mut probe = model.clone();
-    probe.prior.get_or_insert(0.5);
+    probe.prior.get_or_insert(PriorArg::Value(0.5));
     probe
 }
 
@@ -743,6 +747,7 @@ fn plan(args: &EvalArgs) -> Result<Plan<'_>, CliError> {
     let mut methods = vec![match args.algo {
         AlgorithmName::Tfpl => Method::Tfpl,
         AlgorithmName::Usmo => Method::Usmo,
+        AlgorithmName::Cuts3vm => return usage(CUTS3VM_EVAL.into()),
     }];
     for c in &args.compare {
         let m = match c {
@@ -942,6 +947,7 @@ pub(super) fn np_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliErr
                 n_features,
             )?;
         }
+        AlgorithmName::Cuts3vm => return Err(CliError::Usage(CUTS3VM_EVAL.into())),
     }
     let jobs = jobs(args.jobs)?;
     let message = format!("evaluating {}", plan.methods[0].name());
@@ -1021,7 +1027,7 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
     // usmo's π as trained (tfpl takes no prior).
     let prior_used = args
         .model
-        .prior
+        .prior_value()
         .filter(|_| args.algo == AlgorithmName::Usmo);
     let estimated = args.algo == AlgorithmName::Usmo && prior_used.is_none();
     match args.report {
@@ -1055,6 +1061,7 @@ fn report(args: &EvalArgs, plan: &Plan, data: &Dataset, summaries: &[Summary]) {
                 (AlgorithmName::Tfpl, None, _) => format!("R by {}-fold CV", plan.folds),
                 (AlgorithmName::Usmo, _, Some(lambda)) => format!("λ = {lambda}"),
                 (AlgorithmName::Usmo, _, None) => "λ by 3-fold PU-risk CV".into(),
+                (AlgorithmName::Cuts3vm, _, _) => "C_l, C_u given".into(),
             };
             let selection = match prior_used {
                 Some(prior) => format!("{selection}, π = {prior}"),

@@ -59,13 +59,20 @@ pub fn prior(args: &PriorArgs, cancel: &AtomicBool) -> Result<(), CliError> {
     }
     let mut train_rows: Vec<usize> = train_p.iter().chain(&train_u).copied().collect();
     train_rows.sort_unstable();
-    let regularisation = match args.algo {
-        AlgorithmName::Usmo => args
-            .model
-            .lambda
-            .ok_or_else(|| CliError::Usage("--algo usmo needs --lambda".into()))?,
-        AlgorithmName::Tfpl => args.model.reg.unwrap_or(DEFAULT_REG),
-    };
+    args.model.refuse_oracle("prior")?;
+    let regularisation =
+        match args.algo {
+            AlgorithmName::Usmo => args
+                .model
+                .lambda
+                .ok_or_else(|| CliError::Usage("--algo usmo needs --lambda".into()))?,
+            AlgorithmName::Tfpl => args.model.reg.unwrap_or(DEFAULT_REG),
+            AlgorithmName::Cuts3vm => return Err(CliError::Usage(
+                "prior --algo takes usmo or tfpl: the bounds need a scorer of positives against \
+                 unlabeled rows"
+                    .into(),
+            )),
+        };
     if args.algo == AlgorithmName::Usmo {
         args.model.required_prior()?;
     }

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use super::values::HumanDuration;
 use crate::data::ScaleKind;
 use crate::learn::spec::{
-    AlgorithmSpec, KernelKind, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, Reg,
-    SolverLimits, TfplSpec, ThresholdSettings, UsmoSpec,
+    AlgorithmSpec, CutS3vmSpec, KernelKind, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau,
+    Reg, SolverLimits, TfplSpec, ThresholdSettings, UsmoSpec,
 };
 use crate::learn::tfpl::TfplSolver;
 use crate::learn::threshold::{OobRule, ThresholdMethod};
@@ -16,6 +16,10 @@ use crate::learn::threshold::{OobRule, ThresholdMethod};
 pub enum AlgorithmName {
     Usmo,
     Tfpl,
+    /// CutS3VM (`train`, `score`, `eval`; the daemon refuses it until its windows' fallback
+    /// is built).
+    #[value(name = "cuts3vm")]
+    Cuts3vm,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -290,6 +294,14 @@ impl ModelConfig {
                 format!("must be in (0, 1], got {}", m.prior_anchor),
             );
         }
+        if m.algorithm == AlgorithmName::Cuts3vm {
+            return bad(
+                "model.algorithm",
+                "\"cuts3vm\" trains with `neyman train`; the daemon does not run it yet (use \
+                 \"usmo\" or \"tfpl\")"
+                    .into(),
+            );
+        }
         let auto = self.prior_auto().is_some();
         if m.algorithm == AlgorithmName::Usmo && m.prior.is_none() && !auto {
             return bad(
@@ -398,6 +410,12 @@ impl ModelConfig {
                 reg: self.reg,
                 solver: TfplSolver::Auto,
                 max_gram_bytes: self.max_gram_mb.saturating_mul(1 << 20),
+            }),
+            // Refused by the validation until the daemon runs CutS3VM; the defaults keep this
+            // total.
+            AlgorithmName::Cuts3vm => AlgorithmSpec::CutS3vm(CutS3vmSpec {
+                prior: self.prior,
+                ..CutS3vmSpec::new(1.0, 1.0)
             }),
         };
         LearnerSpec {

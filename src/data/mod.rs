@@ -31,6 +31,24 @@ impl Label {
     }
 }
 
+/// Which rows of a fully labelled file keep their label ([`Dataset::hide_labels`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LabelledRows {
+    /// `--labeled-fraction F`
+    Fraction(f64),
+    /// `--labeled-count N`
+    Count(usize),
+}
+
+impl LabelledRows {
+    fn flag(self) -> &'static str {
+        match self {
+            LabelledRows::Fraction(_) => "--labeled-fraction",
+            LabelledRows::Count(_) => "--labeled-count",
+        }
+    }
+}
+
 /// Samples with their labels and string ids (unique within the set).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dataset {
@@ -105,6 +123,72 @@ impl Dataset {
             self.labels[positives[k]] = Label::Positive;
         }
         Ok(amount)
+    }
+
+    /// The semi-supervised protocols: on a fully labelled file, keeps the labels of the rows
+    /// `rule` picks (drawn with `seed`) and makes the others 0; returns every row's true
+    /// label, for evaluation on the rows made 0.
+    /// - [`LabelledRows::Fraction`] F: per class, ⌊F·n_c⌋ rows (at least 1) keep their label.
+    /// - [`LabelledRows::Count`] N: N rows drawn uniformly, redrawn until both classes appear.
+    ///
+    /// A file with an unlabeled row, or without both classes, is refused with the reason.
+    pub fn hide_labels(&mut self, rule: LabelledRows, seed: u64) -> Result<Vec<Label>, DataError> {
+        use rand::SeedableRng;
+
+        let flag = rule.flag();
+        if let Some(row) = self.labels.iter().position(|&l| l == Label::Unlabeled) {
+            return Err(DataError::Labelled(format!(
+                "{flag} needs a fully labelled file, but row {row} is unlabeled (0)"
+            )));
+        }
+        let positives = self.indices_of(Label::Positive);
+        let negatives = self.indices_of(Label::Negative);
+        if positives.is_empty() || negatives.is_empty() {
+            return Err(DataError::Labelled(format!(
+                "{flag} needs both classes in the file; it has {} positive and {} negative rows",
+                positives.len(),
+                negatives.len()
+            )));
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let keep: Vec<usize> = match rule {
+            LabelledRows::Fraction(f) => {
+                if !(f > 0.0 && f <= 1.0) {
+                    return Err(DataError::BadFraction(f));
+                }
+                let mut keep = Vec::new();
+                for class in [&positives, &negatives] {
+                    let amount = ((f * class.len() as f64).floor() as usize).max(1);
+                    let chosen = rand::seq::index::sample(&mut rng, class.len(), amount);
+                    keep.extend(chosen.into_iter().map(|k| class[k]));
+                }
+                keep
+            }
+            LabelledRows::Count(count) => {
+                if count < 2 || count > self.len() {
+                    return Err(DataError::Labelled(format!(
+                        "--labeled-count must be between 2 and the {} rows, got {count}",
+                        self.len()
+                    )));
+                }
+                loop {
+                    let chosen = rand::seq::index::sample(&mut rng, self.len(), count).into_vec();
+                    let positive = chosen
+                        .iter()
+                        .filter(|&&i| self.labels[i] == Label::Positive)
+                        .count();
+                    if positive > 0 && positive < count {
+                        break chosen;
+                    }
+                }
+            }
+        };
+        let truth = self.labels.clone();
+        self.labels.fill(Label::Unlabeled);
+        for i in keep {
+            self.labels[i] = truth[i];
+        }
+        Ok(truth)
     }
 
     /// The data rows `A..B` (0-based, end exclusive) of a `--rows A:B` spec; `A:` runs to the

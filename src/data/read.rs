@@ -143,6 +143,9 @@ pub enum DataError {
     NoPositives,
     #[error("invalid row range {spec:?}: {reason}")]
     BadRowRange { spec: String, reason: String },
+    /// `--labeled-fraction` / `--labeled-count` cannot apply to this file or value.
+    #[error("{0}")]
+    Labelled(String),
 }
 
 fn in_column(name: &Option<String>) -> String {
@@ -939,6 +942,7 @@ mod tests {
         let cases = [
             ("pima_diabetes.csv", 768, 8, 268),
             ("ionosphere.csv", 351, 34, 225),
+            ("sonar.csv", 208, 60, 111),
             ("breast_cancer_wisconsin.csv", 683, 9, 239),
             ("spambase.csv.gz", 4601, 57, 1813),
             ("shuttle_anomaly.csv.gz", 49097, 9, 3511),

@@ -3155,6 +3155,7 @@ mod tests {
         match &mut trained.fitted.as_mut().expect("trained").fit {
             Fit::Usmo(m) => m.expansion.coef[0] = f64::NAN,
             Fit::Tfpl(m) => m.expansion.coef[0] = f64::NAN,
+            Fit::CutS3vm(m) => m.expansion.coef[0] = f64::NAN,
         }
         let outcome = e.complete_retrain(trained);
         assert!(
@@ -3202,6 +3203,7 @@ mod tests {
         match &mut trained.fitted.as_mut().expect("trained").fit {
             Fit::Usmo(m) => m.expansion.coef[0] += 1.0,
             Fit::Tfpl(m) => m.expansion.coef[0] += 1.0,
+            Fit::CutS3vm(m) => m.expansion.coef[0] += 1.0,
         }
         let outcome = e.complete_retrain(trained);
         assert!(

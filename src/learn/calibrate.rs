@@ -19,6 +19,7 @@ use std::sync::atomic::AtomicBool;
 use crate::data::{Dataset, Label, Rows};
 use crate::learn::kernel::KernelExpansion;
 use crate::learn::prior::{PriorBounds, PriorError};
+use crate::learn::s3vm::cut::CutError;
 use crate::learn::spec::{Algorithm, Fit, SpecError, ThresholdSpec};
 use crate::learn::tfpl::TfplError;
 use crate::learn::threshold::{
@@ -33,6 +34,8 @@ pub enum CalibrateError {
     Usmo(#[from] UsmoError),
     #[error(transparent)]
     Tfpl(#[from] TfplError),
+    #[error(transparent)]
+    CutS3vm(#[from] CutError),
     #[error(transparent)]
     Threshold(#[from] ThresholdError),
     #[error("the {0} threshold needs {1}")]
@@ -59,6 +62,7 @@ impl From<SpecError> for CalibrateError {
         match e {
             SpecError::Usmo(u) => CalibrateError::Usmo(u),
             SpecError::Tfpl(t) => CalibrateError::Tfpl(t),
+            SpecError::CutS3vm(c) => CalibrateError::CutS3vm(c),
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod online;
 pub mod prior;
 pub mod projection;
 pub mod rank_tau;
+pub mod s3vm;
 pub mod spec;
 pub mod tfpl;
 pub mod threshold;

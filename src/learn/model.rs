@@ -4,12 +4,14 @@
 //!
 //! Every model file, written by `neyman train` or by the daemon's model store, is
 //! `codec::frame(MAGIC, FORMAT_VERSION, algorithm tag, bincode(ModelFile))`: the magic
-//! `NEYMANMD`, format version 4, the algorithm tag (1 USMO, 2 τ-FPL), payload length and CRC-32,
+//! `NEYMANMD`, format version 5, the algorithm tag (1 USMO, 2 τ-FPL, 3 CutS3VM), payload length
+//! and CRC-32,
 //! then the payload, so a truncated or corrupted file is rejected before decoding. The payload
 //! is a [`ModelFile`]: an optional [`Provenance`] (present when the daemon trained the model;
 //! `train` writes none), then the [`Model`].
 //!
 //! [`from_file_bytes`] also reads the layouts earlier releases wrote:
+//! - `NEYMANMD` version 4: the layout of version 5, whose [`Model`] only added CutS3VM;
 //! - `NEYMANMD` version 3 (`neyman train`): the payload is bincode(`Model`), no provenance;
 //! - `NEYMANDM` version 2 (the daemon's model store): the payload is
 //!   bincode((`Provenance`, `Model`)).
@@ -26,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{self, CodecError};
 use crate::data::{Dataset, Label, RowRef, Rows, Scaler};
 use crate::learn::kernel::KernelExpansion;
+use crate::learn::s3vm::cut::CutS3vmModel;
 use crate::learn::tfpl::TfplModel;
 use crate::learn::threshold::ThresholdResult;
 use crate::learn::usmo::UsmoModel;
@@ -35,8 +38,9 @@ use crate::learn::Scorer;
 pub const MAGIC: &[u8; 8] = b"NEYMANMD";
 /// The layout version written. Version 2 added τ-FPL models and the calibrated threshold;
 /// version 3 added `newton_steps` to the USMO report; version 4 added the optional provenance
-/// and replaced the daemon's own `NEYMANDM` files.
-pub const FORMAT_VERSION: u32 = 4;
+/// and replaced the daemon's own `NEYMANDM` files; version 5 added CutS3VM models (variants
+/// are appended, so a version-4 payload decodes unchanged).
+pub const FORMAT_VERSION: u32 = 5;
 /// The `NEYMANMD` version `neyman train` wrote before [`FORMAT_VERSION`]: the model alone.
 const MODEL_ONLY_VERSION: u32 = 3;
 /// The magic and the one version of the model files the daemon's store wrote before
@@ -123,6 +127,7 @@ pub fn from_file_bytes(bytes: &[u8]) -> Result<ModelFile, ModelError> {
 pub enum Model {
     Usmo(UsmoEntry),
     Tfpl(TfplEntry),
+    CutS3vm(CutS3vmEntry),
 }
 
 /// A USMO model: the scaler fitted on its training rows, the fit itself (support vectors,
@@ -142,6 +147,18 @@ pub struct UsmoEntry {
 pub struct TfplEntry {
     pub scaler: Scaler,
     pub fit: TfplModel,
+    pub tol: f64,
+    pub fingerprint: Fingerprint,
+    pub threshold: Option<ThresholdResult>,
+}
+
+/// A CutS3VM model: the scaler (fitted on every training row, labelled and unlabeled), the fit
+/// (w, w·μ_u, b, π, C_l, C_u, ε, the optional Nyström map and the report), the training
+/// data's fingerprint and the threshold. `tol` is ε.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CutS3vmEntry {
+    pub scaler: Scaler,
+    pub fit: CutS3vmModel,
     pub tol: f64,
     pub fingerprint: Fingerprint,
     pub threshold: Option<ThresholdResult>,
@@ -200,6 +217,7 @@ impl Model {
         match self {
             Model::Usmo(_) => "usmo",
             Model::Tfpl(_) => "tfpl",
+            Model::CutS3vm(_) => "cuts3vm",
         }
     }
 
@@ -207,6 +225,7 @@ impl Model {
         match self {
             Model::Usmo(_) => 1,
             Model::Tfpl(_) => 2,
+            Model::CutS3vm(_) => 3,
         }
     }
 
@@ -214,6 +233,7 @@ impl Model {
         match self {
             Model::Usmo(m) => &m.scaler,
             Model::Tfpl(m) => &m.scaler,
+            Model::CutS3vm(m) => &m.scaler,
         }
     }
 
@@ -222,6 +242,7 @@ impl Model {
         match self {
             Model::Usmo(m) => m.threshold.as_ref(),
             Model::Tfpl(m) => m.threshold.as_ref(),
+            Model::CutS3vm(m) => m.threshold.as_ref(),
         }
     }
 
@@ -230,6 +251,7 @@ impl Model {
         match self {
             Model::Usmo(m) => m.threshold = Some(threshold),
             Model::Tfpl(m) => m.threshold = Some(threshold),
+            Model::CutS3vm(m) => m.threshold = Some(threshold),
         }
     }
 
@@ -243,6 +265,7 @@ impl Model {
         match self {
             Model::Usmo(m) => &m.fit.expansion,
             Model::Tfpl(m) => &m.fit.expansion,
+            Model::CutS3vm(m) => &m.fit.expansion,
         }
     }
 
@@ -259,6 +282,7 @@ impl Model {
                 e.fit.alpha = Vec::new();
                 e.fit.beta = Vec::new();
             }
+            Model::CutS3vm(_) => {}
         }
         out
     }
@@ -274,15 +298,23 @@ impl Model {
                 report["degenerate"] = serde_json::json!(e.fit.report.degenerate());
                 report
             }
+            Model::CutS3vm(e) => {
+                let mut report = serde_json::json!(e.fit.report);
+                report["degenerate"] = serde_json::json!(self.degenerate());
+                report["prior_used"] = serde_json::json!(e.fit.prior);
+                report
+            }
         }
     }
 
-    /// Whether the solver reports a solution that gains nothing over a constant scorer (τ-FPL
-    /// only; a USMO model that scores every event alike is caught by its coefficients).
+    /// Whether the solver reports a solution that gains nothing over a constant scorer (τ-FPL,
+    /// and CutS3VM at w = 0; a USMO model that scores every event alike is caught by its
+    /// coefficients).
     pub fn degenerate(&self) -> bool {
         match self {
             Model::Usmo(_) => false,
             Model::Tfpl(e) => e.fit.report.degenerate(),
+            Model::CutS3vm(e) => e.fit.w.iter().all(|&v| v == 0.0),
         }
     }
 
@@ -301,6 +333,18 @@ impl Model {
                 "rank_tau": e.fit.tau,
                 "reg": e.fit.reg,
                 "tol": e.tol,
+                "fingerprint": e.fingerprint,
+                "report": e.fit.report,
+            }),
+            Model::CutS3vm(e) => serde_json::json!({
+                "prior": e.fit.prior,
+                "cl": e.fit.cl,
+                "cu": e.fit.cu,
+                "epsilon": e.fit.epsilon,
+                "b": e.fit.b,
+                "w_dot_mu": e.fit.w_dot_mu,
+                "nystrom_rank": e.fit.nystrom.as_ref().map(|m| m.landmarks.n_rows()),
+                "kernel": e.fit.expansion.kernel,
                 "fingerprint": e.fingerprint,
                 "report": e.fit.report,
             }),
@@ -516,6 +560,16 @@ mod tests {
         assert!(e.to_string().contains("checksum"), "{e}");
     }
 
+    /// Version 5 only appended the CutS3VM variant to [`Model`], so the payload of a USMO or
+    /// τ-FPL model is what version 4 wrote: a file with the version-4 header reads the same.
+    #[test]
+    fn a_version_four_file_still_loads() {
+        let model = model();
+        let mut bytes = model.to_file_bytes().expect("encode");
+        bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
+        assert_eq!(from_file_bytes(&bytes).expect("version 4").model, model);
+    }
+
     #[test]
     fn an_unsupported_version_or_a_wrong_magic_is_named() {
         let bytes = model().to_file_bytes().expect("encode");
@@ -525,7 +579,7 @@ mod tests {
             b[8..12].copy_from_slice(&version.to_le_bytes());
             from_file_bytes(&b).expect_err("unsupported").to_string()
         };
-        for (magic, version) in [(MAGIC, 2), (MAGIC, 5), (DAEMON_MAGIC, 1), (DAEMON_MAGIC, 3)] {
+        for (magic, version) in [(MAGIC, 2), (MAGIC, 6), (DAEMON_MAGIC, 1), (DAEMON_MAGIC, 3)] {
             let e = with_version(magic, version);
             assert!(
                 e.contains(&format!("unsupported format version {version}")),

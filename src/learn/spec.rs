@@ -21,10 +21,12 @@ use std::time::Duration;
 use crate::data::{Dataset, Label, Rows, ScaleKind, Scaler};
 use crate::learn::calibrate::CalibrateError;
 use crate::learn::kernel::{Kernel, KernelExpansion};
-use crate::learn::model::{Fingerprint, Model, TfplEntry, UsmoEntry};
+use crate::learn::model::{CutS3vmEntry, Fingerprint, Model, TfplEntry, UsmoEntry};
 use crate::learn::observe::Observer;
 use crate::learn::prior::{prior_bounds, Anchor, PriorBounds, PriorError};
 use crate::learn::rank_tau::{choose_rank_tau, RankChoice, SearchAxes, REG_START};
+use crate::learn::s3vm::cut::{CutError, CutS3vmModel, CutS3vmParams, CutS3vmValidParams};
+use crate::learn::s3vm::nystrom::NystromSpec;
 use crate::learn::tfpl::{TfplError, TfplModel, TfplParams, TfplSolver, TfplValidParams};
 use crate::learn::threshold::{OobRule, ThresholdMethod, ThresholdResult};
 use crate::learn::usmo::{UsmoError, UsmoModel, UsmoParams, UsmoValidParams};
@@ -161,11 +163,95 @@ impl TfplSpec {
     }
 }
 
+/// CutS3VM's settings (seed 002, objective (1); [`crate::learn::s3vm::cut`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CutS3vmSpec {
+    /// C_l and C_u of objective (1), the slack sums divided by n.
+    pub cl: f64,
+    pub cu: f64,
+    /// π, the positive share of the unlabeled rows (required; the front ends default it to
+    /// the labelled share, [`crate::learn::s3vm::labelled_prior`]).
+    pub prior: Option<f64>,
+    pub epsilon: f64,
+    pub cccp_tol: f64,
+    pub max_rounds: usize,
+    pub max_constraints: usize,
+    pub max_cccp_steps: usize,
+    /// C_u stages solved first ([`CutS3vmParams::anneal_stages`]).
+    pub anneal_stages: u32,
+    /// Landmarks of the Nyström map that a non-linear kernel needs.
+    pub nystrom_rank: Option<usize>,
+}
+
+impl CutS3vmSpec {
+    /// CutS3VM is linear; another kernel goes through a Nyström map.
+    pub const DEFAULT_KERNEL: KernelKind = KernelKind::Linear;
+
+    /// The settings with every default and the given C_l, C_u.
+    pub fn new(cl: f64, cu: f64) -> CutS3vmSpec {
+        CutS3vmSpec {
+            cl,
+            cu,
+            prior: None,
+            epsilon: CutS3vmParams::DEFAULT_EPSILON,
+            cccp_tol: CutS3vmParams::DEFAULT_CCCP_TOL,
+            max_rounds: CutS3vmParams::DEFAULT_MAX_ROUNDS,
+            max_constraints: CutS3vmParams::DEFAULT_MAX_CONSTRAINTS,
+            max_cccp_steps: CutS3vmParams::DEFAULT_MAX_CCCP_STEPS,
+            anneal_stages: CutS3vmParams::DEFAULT_ANNEAL_STAGES,
+            nystrom_rank: None,
+        }
+    }
+
+    /// The checked solver parameters for data with `n_features` features; `seed` draws the
+    /// Nyström landmarks.
+    pub fn params(
+        &self,
+        kernel: &KernelSpec,
+        limits: &SolverLimits,
+        n_features: usize,
+        seed: u64,
+    ) -> Result<CutS3vmValidParams, CutError> {
+        let prior = self
+            .prior
+            .ok_or_else(|| CutError::Param("cuts3vm needs the prior π (--prior)".into()))?;
+        let kernel = kernel.kernel(Self::DEFAULT_KERNEL, n_features);
+        let nystrom = match (kernel, self.nystrom_rank) {
+            (Kernel::Linear, None) => None,
+            (Kernel::Linear, Some(_)) => {
+                return Err(CutError::Param(
+                    "--nystrom-rank needs a non-linear --kernel (rbf or poly)".into(),
+                ))
+            }
+            (_, None) => {
+                return Err(CutError::Param(
+                    "a non-linear kernel needs --nystrom-rank R: CutS3VM takes kernels only \
+                     through an explicit Nyström map"
+                        .into(),
+                ))
+            }
+            (kernel, Some(rank)) => Some(NystromSpec { kernel, rank, seed }),
+        };
+        let mut p = CutS3vmParams::new(self.cl, self.cu, prior);
+        p.epsilon = self.epsilon;
+        p.cccp_tol = self.cccp_tol;
+        p.max_rounds = self.max_rounds;
+        p.max_constraints = self.max_constraints;
+        p.max_cccp_steps = self.max_cccp_steps;
+        p.anneal_stages = self.anneal_stages;
+        p.time_limit = limits.time_limit;
+        p.observer = limits.observer.clone();
+        p.nystrom = nystrom;
+        p.check()
+    }
+}
+
 /// The algorithm and its own settings.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AlgorithmSpec {
     Usmo(UsmoSpec),
     Tfpl(TfplSpec),
+    CutS3vm(CutS3vmSpec),
 }
 
 impl AlgorithmSpec {
@@ -174,6 +260,7 @@ impl AlgorithmSpec {
         match self {
             AlgorithmSpec::Usmo(_) => "usmo",
             AlgorithmSpec::Tfpl(_) => "tfpl",
+            AlgorithmSpec::CutS3vm(_) => "cuts3vm",
         }
     }
 }
@@ -501,14 +588,18 @@ pub enum SpecError {
     Usmo(#[from] UsmoError),
     #[error(transparent)]
     Tfpl(#[from] TfplError),
+    #[error(transparent)]
+    CutS3vm(#[from] CutError),
 }
 
 impl LearnerSpec {
-    /// The training scaler ([`usmo_scaler`], [`tfpl_scaler`]); it needs no checked settings.
+    /// The training scaler ([`usmo_scaler`], [`tfpl_scaler`]; CutS3VM's is fitted on every
+    /// training row, labelled and unlabeled); it needs no checked settings.
     pub fn scaler(&self, data: &Dataset) -> Scaler {
         match self.algorithm {
             AlgorithmSpec::Usmo(_) => usmo_scaler(self.scale, data),
             AlgorithmSpec::Tfpl(_) => tfpl_scaler(self.scale, data),
+            AlgorithmSpec::CutS3vm(_) => Scaler::fit(self.scale, &data.rows),
         }
     }
 
@@ -538,8 +629,14 @@ impl LearnerSpec {
             return Ok(vec![false; data.len()]);
         };
         let mut probe = self.clone();
-        if let AlgorithmSpec::Usmo(u) = &mut probe.algorithm {
-            u.prior.get_or_insert(0.5);
+        match &mut probe.algorithm {
+            AlgorithmSpec::Usmo(u) => {
+                u.prior.get_or_insert(0.5);
+            }
+            AlgorithmSpec::CutS3vm(c) => {
+                c.prior.get_or_insert(0.5);
+            }
+            AlgorithmSpec::Tfpl(_) => {}
         }
         let solver = probe.check()?.solver(data.rows.n_features())?;
         solver.held_out(&settings.spec(self.seed), data)
@@ -578,6 +675,9 @@ impl Learner {
                         TfplError::Param("tfpl needs a rank tau or a threshold tau".into())
                     })?;
                 Algorithm::Tfpl(s.params(rank_tau, kernel, limits, n_features)?)
+            }
+            AlgorithmSpec::CutS3vm(s) => {
+                Algorithm::CutS3vm(s.params(kernel, limits, n_features, self.seed)?)
             }
         })
     }
@@ -667,6 +767,9 @@ impl Learner {
             (AlgorithmSpec::Tfpl(_), Model::Tfpl(e)) => {
                 Some((e.scaler.clone(), Fit::Tfpl(e.fit.clone())))
             }
+            (AlgorithmSpec::CutS3vm(_), Model::CutS3vm(e)) => {
+                Some((e.scaler.clone(), Fit::CutS3vm(e.fit.clone())))
+            }
             _ => None,
         }
     }
@@ -698,6 +801,13 @@ pub fn model_of(
             fingerprint,
             threshold,
         }),
+        Fit::CutS3vm(fit) => Model::CutS3vm(CutS3vmEntry {
+            scaler,
+            tol,
+            fit,
+            fingerprint,
+            threshold,
+        }),
     }
 }
 
@@ -706,6 +816,7 @@ pub fn fit_of(model: &Model) -> Fit {
     match model {
         Model::Usmo(e) => Fit::Usmo(e.fit.clone()),
         Model::Tfpl(e) => Fit::Tfpl(e.fit.clone()),
+        Model::CutS3vm(e) => Fit::CutS3vm(e.fit.clone()),
     }
 }
 
@@ -761,6 +872,7 @@ pub fn training_rows(held_out: &[bool]) -> Vec<usize> {
 pub enum Algorithm {
     Usmo(UsmoValidParams),
     Tfpl(TfplValidParams),
+    CutS3vm(CutS3vmValidParams),
 }
 
 impl Algorithm {
@@ -787,23 +899,32 @@ impl Algorithm {
                 };
                 Fit::Tfpl(p.fit_with(prev, data, cancel)?)
             }
+            Algorithm::CutS3vm(p) => {
+                let prev = match previous {
+                    Some(Fit::CutS3vm(m)) => Some(m),
+                    _ => None,
+                };
+                Fit::CutS3vm(p.fit_with(prev, data, cancel)?)
+            }
         })
     }
 
-    /// The solver's stopping tolerance, as stored in the model.
+    /// The solver's stopping tolerance, as stored in the model (CutS3VM's ε).
     pub fn tol(&self) -> f64 {
         match self {
             Algorithm::Usmo(p) => p.tol,
             Algorithm::Tfpl(p) => p.tol,
+            Algorithm::CutS3vm(p) => p.epsilon,
         }
     }
 
     /// Whether negatives train the scorer. USMO's never do, so every negative is unseen and
-    /// may calibrate it; τ-FPL ranks positives against negatives.
+    /// may calibrate it; τ-FPL ranks positives against negatives; CutS3VM's labelled rows
+    /// include them.
     pub fn trains_on_negatives(&self) -> bool {
         match self {
             Algorithm::Usmo(_) => false,
-            Algorithm::Tfpl(_) => true,
+            Algorithm::Tfpl(_) | Algorithm::CutS3vm(_) => true,
         }
     }
 
@@ -816,7 +937,7 @@ impl Algorithm {
         prior_max: f64,
     ) -> Result<Option<Algorithm>, SpecError> {
         Ok(match self {
-            Algorithm::Usmo(_) => None,
+            Algorithm::Usmo(_) | Algorithm::CutS3vm(_) => None,
             Algorithm::Tfpl(params) => Some(Algorithm::Tfpl(
                 TfplParams {
                     tau: pu_rank_tau(params.tau, prior_min, prior_max),
@@ -833,6 +954,7 @@ impl Algorithm {
 pub enum Fit {
     Usmo(UsmoModel),
     Tfpl(TfplModel),
+    CutS3vm(CutS3vmModel),
 }
 
 impl Fit {
@@ -840,6 +962,7 @@ impl Fit {
         match self {
             Fit::Usmo(m) => &m.expansion,
             Fit::Tfpl(m) => &m.expansion,
+            Fit::CutS3vm(m) => &m.expansion,
         }
     }
 
@@ -854,22 +977,27 @@ impl Fit {
                 m.expansion = expansion;
                 Fit::Tfpl(m)
             }
+            Fit::CutS3vm(mut m) => {
+                m.expansion = expansion;
+                Fit::CutS3vm(m)
+            }
         }
     }
 
-    /// The solver's steps: USMO's pair steps, τ-FPL's iterations.
+    /// The solver's steps: USMO's pair steps, τ-FPL's iterations, CutS3VM's rounds.
     pub fn iterations(&self) -> u64 {
         match self {
             Fit::Usmo(m) => m.report.iterations,
             Fit::Tfpl(m) => m.report.iterations,
+            Fit::CutS3vm(m) => m.report.rounds,
         }
     }
 
-    /// Kernel values computed (USMO; τ-FPL reports none).
+    /// Kernel values computed (USMO; the others report none).
     pub fn kernel_evaluations(&self) -> u64 {
         match self {
             Fit::Usmo(m) => m.report.kernel_evaluations,
-            Fit::Tfpl(_) => 0,
+            Fit::Tfpl(_) | Fit::CutS3vm(_) => 0,
         }
     }
 
@@ -878,6 +1006,7 @@ impl Fit {
         match self {
             Fit::Usmo(m) => m.report.converged,
             Fit::Tfpl(m) => m.report.converged,
+            Fit::CutS3vm(m) => m.report.converged,
         }
     }
 
