@@ -90,8 +90,16 @@ pub enum Answer {
 /// exactly one per event answered (events waiting for a first model are answered later).
 pub const ANSWER_OUTCOMES: [&str; 3] = ["scored", "unscored", "dead_lettered"];
 
-/// How a due retrain ended.
-pub const RETRAIN_RESULTS: [&str; 5] = ["swapped", "rejected", "skipped", "failed", "cancelled"];
+/// How a due retrain ended (`fallback`: CutS3VM's fallback learner trained, and its model was
+/// swapped in).
+pub const RETRAIN_RESULTS: [&str; 6] = [
+    "swapped",
+    "fallback",
+    "rejected",
+    "skipped",
+    "failed",
+    "cancelled",
+];
 /// Why a retrain failed: `time_limit` (`retrain.time_limit` ran out; the retrain was stopped)
 /// or `error` (the data or the solver refused; the log says which).
 pub const RETRAIN_FAILURES: [&str; 2] = ["time_limit", "error"];

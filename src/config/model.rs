@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::values::HumanDuration;
 use crate::data::ScaleKind;
+use crate::learn::s3vm::cut::CutS3vmParams;
 use crate::learn::spec::{
     AlgorithmSpec, CutS3vmSpec, KernelKind, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau,
     Reg, SolverLimits, TfplSpec, ThresholdSettings, UsmoSpec,
@@ -16,8 +17,7 @@ use crate::learn::threshold::{OobRule, ThresholdMethod};
 pub enum AlgorithmName {
     Usmo,
     Tfpl,
-    /// CutS3VM (`train`, `score`, `eval`; the daemon refuses it until its windows' fallback
-    /// is built).
+    /// CutS3VM: labelled positives and negatives plus unlabeled events (`[model.cuts3vm]`).
     #[value(name = "cuts3vm")]
     Cuts3vm,
 }
@@ -118,7 +118,8 @@ impl From<OobRuleName> for OobRule {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    /// `usmo` (positive vs unlabeled SVM) or `tfpl` (τ-FPL ranking).
+    /// `usmo` (positive vs unlabeled SVM), `tfpl` (τ-FPL ranking) or `cuts3vm` (semi-supervised
+    /// SVM; its settings in `[model.cuts3vm]`).
     pub algorithm: AlgorithmName,
     /// π: the positive share of the unlabeled stream (required for usmo unless `prior_min` or
     /// `prior_max` is `"auto"`; then it defaults to the prior estimate of the training events).
@@ -225,11 +226,130 @@ pub struct ModelConfig {
     /// Seed of every random choice in training (calibration splits, bootstrap).
     #[serde(default)]
     pub seed: u64,
+    /// CutS3VM's settings, required with `algorithm = "cuts3vm"` (its `cl` and `cu`).
+    #[serde(default)]
+    pub cuts3vm: Option<Cuts3vmConfig>,
     /// The feature count of the stream, when known. Given, it is the locked dimension from the
     /// start: an event of another count is dead-lettered as `dimension_mismatch`, whatever
     /// arrives first. Unset, the first valid event's count locks it (or a resumed model's).
     #[serde(default)]
     pub n_features: Option<usize>,
+}
+
+/// `[model.cuts3vm]`: CutS3VM's settings (docs/cuts3vm.md). It trains on the positive and
+/// negative windows as labelled events and the unlabeled window, with π = `model.prior` (the
+/// positive share of the unlabeled stream; absent: the labelled events' positive share,
+/// clamped to [0.05, 0.95]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cuts3vmConfig {
+    /// C_l of objective (1): the weight of the labelled events' hinge sum divided by n.
+    pub cl: f64,
+    /// C_u of objective (1): the weight of the unlabeled events' hinge sum divided by n.
+    pub cu: f64,
+    /// ε of the outer stop H(w) ≤ ξ + ε.
+    #[serde(default = "default_epsilon")]
+    pub epsilon: f64,
+    /// The CCCP inner loop stops when the objective falls by less than this share.
+    #[serde(default = "default_cccp_tol")]
+    pub cccp_tol: f64,
+    /// Cap on the cutting-plane rounds of one retrain (then `converged: false`).
+    #[serde(default = "default_max_rounds")]
+    pub max_rounds: usize,
+    /// Cap on the working set; at it the longest-inactive constraint makes room.
+    #[serde(default = "default_max_constraints")]
+    pub max_constraints: usize,
+    /// Cap on the CCCP steps of one round.
+    #[serde(default = "default_max_cccp_steps")]
+    pub max_cccp_steps: usize,
+    /// Stages of C_u/2^k solved before C_u on a cold start.
+    #[serde(default = "default_anneal_stages")]
+    pub anneal_stages: u32,
+    /// Landmarks of the Nyström map a non-linear `model.kernel` needs.
+    #[serde(default)]
+    pub nystrom_rank: Option<usize>,
+    /// What trains while the training events hold fewer than `min_labeled_per_class` labelled
+    /// events of either class: `"usmo"` (positives against unlabeled events; needs
+    /// `model.prior`) or `"tfpl"` (the default). Counted as
+    /// `neyman_retrains_total{result="fallback"}` when its model is swapped in.
+    #[serde(default = "default_fallback")]
+    pub fallback: AlgorithmName,
+    /// Labelled events of each class (positive, negative) the training events must hold for
+    /// CutS3VM to train.
+    #[serde(default = "default_min_labeled_per_class")]
+    pub min_labeled_per_class: usize,
+    /// Every this many CutS3VM retrains one starts cold (the labelled-only fit, then the C_u
+    /// stages) instead of from the last w: CCCP is local, and warm starts alone can hold on to
+    /// an optimum the windows have left.
+    #[serde(default = "default_cold_every")]
+    pub cold_every: usize,
+}
+
+impl Cuts3vmConfig {
+    /// The learner settings of this table with π = `prior`.
+    fn spec(&self, prior: Option<f64>) -> CutS3vmSpec {
+        CutS3vmSpec {
+            prior,
+            epsilon: self.epsilon,
+            cccp_tol: self.cccp_tol,
+            max_rounds: self.max_rounds,
+            max_constraints: self.max_constraints,
+            max_cccp_steps: self.max_cccp_steps,
+            anneal_stages: self.anneal_stages,
+            nystrom_rank: self.nystrom_rank,
+            ..CutS3vmSpec::new(self.cl, self.cu)
+        }
+    }
+
+    /// The table's checks, each naming its key; the solver's own (with `model`'s kernel and
+    /// a stand-in π, which the retrain fills in) name the table.
+    fn check(&self, model: &ModelConfig) -> Result<(), (String, String)> {
+        let bad = |key: &str, message: String| Err((format!("model.cuts3vm.{key}"), message));
+        if self.fallback == AlgorithmName::Cuts3vm {
+            return bad("fallback", "must be \"usmo\" or \"tfpl\"".into());
+        }
+        if self.min_labeled_per_class == 0 {
+            return bad("min_labeled_per_class", "must be ≥ 1".into());
+        }
+        if self.cold_every == 0 {
+            return bad("cold_every", "must be ≥ 1".into());
+        }
+        let mut spec = model.learner_spec();
+        if let AlgorithmSpec::CutS3vm(s) = &mut spec.algorithm {
+            s.prior.get_or_insert(0.5);
+        }
+        spec.check()
+            .map(|_| ())
+            .map_err(|e| ("model.cuts3vm".to_string(), e.to_string()))
+    }
+}
+
+fn default_epsilon() -> f64 {
+    CutS3vmParams::DEFAULT_EPSILON
+}
+fn default_cccp_tol() -> f64 {
+    CutS3vmParams::DEFAULT_CCCP_TOL
+}
+fn default_max_rounds() -> usize {
+    CutS3vmParams::DEFAULT_MAX_ROUNDS
+}
+fn default_max_constraints() -> usize {
+    CutS3vmParams::DEFAULT_MAX_CONSTRAINTS
+}
+fn default_max_cccp_steps() -> usize {
+    CutS3vmParams::DEFAULT_MAX_CCCP_STEPS
+}
+fn default_anneal_stages() -> u32 {
+    CutS3vmParams::DEFAULT_ANNEAL_STAGES
+}
+fn default_fallback() -> AlgorithmName {
+    AlgorithmName::Tfpl
+}
+fn default_min_labeled_per_class() -> usize {
+    10
+}
+fn default_cold_every() -> usize {
+    10
 }
 
 /// The `[model]` keys without a default.
@@ -295,19 +415,27 @@ impl ModelConfig {
             );
         }
         if m.algorithm == AlgorithmName::Cuts3vm {
-            return bad(
-                "model.algorithm",
-                "\"cuts3vm\" trains with `neyman train`; the daemon does not run it yet (use \
-                 \"usmo\" or \"tfpl\")"
-                    .into(),
-            );
+            let Some(c) = &m.cuts3vm else {
+                return bad(
+                    "model.cuts3vm",
+                    "required when algorithm = \"cuts3vm\": a [model.cuts3vm] table with cl and cu"
+                        .into(),
+                );
+            };
+            c.check(m)?;
         }
         let auto = self.prior_auto().is_some();
-        if m.algorithm == AlgorithmName::Usmo && m.prior.is_none() && !auto {
+        if m.trains(AlgorithmName::Usmo) && m.prior.is_none() && !auto {
             return bad(
                 "model.prior",
-                "required when algorithm = \"usmo\" (unless prior_min or prior_max is \"auto\")"
-                    .into(),
+                format!(
+                    "required when {} (unless prior_min or prior_max is \"auto\")",
+                    if m.algorithm == AlgorithmName::Usmo {
+                        "algorithm = \"usmo\""
+                    } else {
+                        "model.cuts3vm.fallback = \"usmo\""
+                    }
+                ),
             );
         }
         let (lo, hi) = self.prior_interval();
@@ -388,14 +516,36 @@ impl ModelConfig {
         PriorAuto::of(self.prior_min, self.prior_max, self.prior_anchor)
     }
 
+    /// Whether `algorithm` trains here: as the algorithm, or as CutS3VM's fallback.
+    fn trains(&self, algorithm: AlgorithmName) -> bool {
+        self.algorithm == algorithm
+            || (self.algorithm == AlgorithmName::Cuts3vm
+                && self.cuts3vm.as_ref().map(|c| c.fallback) == Some(algorithm))
+    }
+
+    /// CutS3VM's fallback learner (the same `[model]` settings with `fallback` as the
+    /// algorithm) and the labelled events per class below which it trains instead.
+    pub fn fallback(&self) -> Option<(LearnerSpec, usize)> {
+        let c = self
+            .cuts3vm
+            .as_ref()
+            .filter(|_| self.algorithm == AlgorithmName::Cuts3vm)?;
+        Some((self.learner_spec_for(c.fallback), c.min_labeled_per_class))
+    }
+
     /// The learner these settings describe: the one place the `[model]` table maps into
     /// [`LearnerSpec`]. A missing `prior_min` or `prior_max` is `prior`; the threshold method
     /// is left to the data (umbrella with negatives, else pu-umbrella) unless `threshold` is
     /// set. With `threshold = "none"` τ-FPL ranks at `rank_tau`, else at `tau`.
     pub fn learner_spec(&self) -> LearnerSpec {
+        self.learner_spec_for(self.algorithm)
+    }
+
+    /// [`ModelConfig::learner_spec`] with `algorithm` training.
+    fn learner_spec_for(&self, algorithm: AlgorithmName) -> LearnerSpec {
         let ranking_only = self.threshold == Some(ThresholdName::None);
         let (prior_min, prior_max) = self.prior_interval();
-        let algorithm = match self.algorithm {
+        let algorithm = match algorithm {
             AlgorithmName::Usmo => AlgorithmSpec::Usmo(UsmoSpec {
                 prior: self.prior,
                 lambda: self.lambda,
@@ -411,12 +561,11 @@ impl ModelConfig {
                 solver: TfplSolver::Auto,
                 max_gram_bytes: self.max_gram_mb.saturating_mul(1 << 20),
             }),
-            // Refused by the validation until the daemon runs CutS3VM; the defaults keep this
-            // total.
-            AlgorithmName::Cuts3vm => AlgorithmSpec::CutS3vm(CutS3vmSpec {
-                prior: self.prior,
-                ..CutS3vmSpec::new(1.0, 1.0)
-            }),
+            AlgorithmName::Cuts3vm => AlgorithmSpec::CutS3vm(
+                self.cuts3vm
+                    .as_ref()
+                    .map_or(CutS3vmSpec::new(f64::NAN, f64::NAN), |c| c.spec(self.prior)),
+            ),
         };
         LearnerSpec {
             algorithm,
@@ -588,6 +737,62 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("model.prior") && e.contains("auto"), "{e}");
+    }
+
+    /// `algorithm = "cuts3vm"` needs its `[model.cuts3vm]` table; the table maps into the
+    /// spec with `prior`, and every bad value is refused naming its key.
+    #[test]
+    fn the_cuts3vm_table_is_required_checked_and_mapped() {
+        let cut = "[source]\npath = \"s\"\n[model]\nalgorithm = \"cuts3vm\"\ntau = 0.05\n";
+        let e = load(cut, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("model.cuts3vm") && e.contains("cl and cu"),
+            "{e}"
+        );
+        let loaded = load(
+            &format!("{cut}prior = 0.3\n[model.cuts3vm]\ncl = 5\ncu = 0.5\nepsilon = 0.05\n"),
+            &[],
+        )
+        .expect("valid");
+        let spec = loaded.config.model.learner_spec();
+        let AlgorithmSpec::CutS3vm(c) = &spec.algorithm else {
+            panic!("cuts3vm")
+        };
+        assert_eq!(
+            (c.cl, c.cu, c.epsilon, c.prior),
+            (5.0, 0.5, 0.05, Some(0.3))
+        );
+        let (fallback, least) = loaded.config.model.fallback().expect("a fallback");
+        assert_eq!((fallback.algorithm.name(), least), ("tfpl", 10));
+        for (table, key) in [
+            ("cl = 0\ncu = 1\n", "model.cuts3vm"),
+            (
+                "cl = 1\ncu = 1\nfallback = \"cuts3vm\"\n",
+                "model.cuts3vm.fallback",
+            ),
+            (
+                "cl = 1\ncu = 1\ncold_every = 0\n",
+                "model.cuts3vm.cold_every",
+            ),
+            (
+                "cl = 1\ncu = 1\nmin_labeled_per_class = 0\n",
+                "min_labeled_per_class",
+            ),
+            ("cl = 1\ncu = 1\nnystrom = 5\n", "nystrom"),
+            ("cl = 1\ncu = 1\nfallback = \"usmo\"\n", "model.prior"),
+        ] {
+            let e = load(&format!("{cut}[model.cuts3vm]\n{table}"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{table}: {e}");
+        }
+        let rbf = load(
+            &format!("{cut}kernel = \"rbf\"\n[model.cuts3vm]\ncl = 1\ncu = 1\n"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(rbf.contains("--nystrom-rank"), "{rbf}");
     }
 
     /// `calibration` is `hash` or `recent`, from the file or `NEYMAN_MODEL_CALIBRATION`

@@ -59,7 +59,10 @@ use crate::learn::metrics::np_score;
 use crate::learn::model::{Fingerprint, Model, Provenance};
 use crate::learn::prior::{resolve_training_prior, PriorBounds};
 use crate::learn::rank_tau::RankChoice;
-use crate::learn::spec::{fit_of, model_of, Algorithm, Fit, LearnerSpec};
+use crate::learn::s3vm::labelled_prior;
+use crate::learn::spec::{
+    fit_of, model_of, training_rows, Algorithm, AlgorithmSpec, Fit, LearnerSpec,
+};
 use crate::learn::threshold::{binomial_upper_tail, umbrella, ThresholdMethod, ThresholdResult};
 use crate::learn::Scorer;
 use crate::stream::dlq::{DlqRecord, UnreadableLine};
@@ -177,6 +180,8 @@ struct Learner {
     /// τ-FPL's last `auto` ranking depth, kept while it pays; `None`: search on the next
     /// retrain.
     rank: Option<RankMemory>,
+    /// Retrains prepared so far: every `model.cuts3vm.cold_every`-th starts cold.
+    retrains: usize,
 }
 
 /// A ranking depth and R chosen by a search ([`crate::learn::rank_tau`]) and what they gave.
@@ -540,6 +545,8 @@ impl Engine {
             scaler: newest.model.scaler().clone(),
             previous: Some(fit_of(&newest.model)),
             rank: None,
+            // The resumed model counts as the cold start: the next retrain starts from it.
+            retrains: 1,
         });
         newest.publish(&self.metrics);
         tracing::info!(version = newest.meta.version, "resumed the stored model");
@@ -1648,11 +1655,15 @@ impl Engine {
         self.new_window_events = 0;
         self.early_retrain = false;
         self.last_retrain_ts = self.newest_ts;
-        let outcome = match self.prepare_retrain(started) {
-            Ok(job) => self.finish_retrain(job.run()),
-            Err(outcome) => outcome,
+        let (outcome, fallback) = match self.prepare_retrain(started) {
+            Ok(job) => {
+                let trained = job.run();
+                let fallback = trained.fallback();
+                (self.finish_retrain(trained), fallback)
+            }
+            Err(outcome) => (outcome, None),
         };
-        self.count_retrain(&outcome, started);
+        self.count_retrain(&outcome, started, fallback.as_deref());
         outcome
     }
 
@@ -1674,7 +1685,7 @@ impl Engine {
                 Some(job)
             }
             Err(outcome) => {
-                self.count_retrain(&outcome, started);
+                self.count_retrain(&outcome, started, None);
                 None
             }
         }
@@ -1689,8 +1700,9 @@ impl Engine {
     pub fn complete_retrain(&mut self, trained: TrainedRetrain) -> RetrainOutcome {
         self.training = false;
         let started = trained.job.started;
+        let fallback = trained.fallback();
         let outcome = self.finish_retrain(trained);
-        self.count_retrain(&outcome, started);
+        self.count_retrain(&outcome, started, fallback.as_deref());
         outcome
     }
 
@@ -1698,16 +1710,27 @@ impl Engine {
     /// the next due retrain may start.
     pub fn abandon_retrain(&mut self, detail: String) {
         self.training = false;
-        self.count_retrain(&RetrainOutcome::Failed { detail }, Instant::now());
+        self.count_retrain(&RetrainOutcome::Failed { detail }, Instant::now(), None);
     }
 
-    fn count_retrain(&self, outcome: &RetrainOutcome, started: Instant) {
+    /// Counts and logs how a retrain ended; `fallback`: why CutS3VM's fallback trained
+    /// instead (its swapped model counts as `fallback`).
+    fn count_retrain(&self, outcome: &RetrainOutcome, started: Instant, fallback: Option<&str>) {
         let algorithm = self.config.model.learner_spec().algorithm.name();
+        if let (Some(why), false) = (fallback, matches!(outcome, RetrainOutcome::Swapped { .. })) {
+            tracing::info!(why, "the fallback learner trained this retrain");
+        }
         let result = match outcome {
-            RetrainOutcome::Swapped { version } => {
-                tracing::info!(version, "retrained model swapped in");
-                "swapped"
-            }
+            RetrainOutcome::Swapped { version } => match fallback {
+                Some(why) => {
+                    tracing::warn!(version, why, "the fallback learner's model swapped in");
+                    "fallback"
+                }
+                None => {
+                    tracing::info!(version, "retrained model swapped in");
+                    "swapped"
+                }
+            },
             RetrainOutcome::Rejected { reason, detail } => {
                 tracing::warn!(reason = reason.as_str(), %detail, "retrained model rejected by the gate");
                 self.metrics
@@ -1783,7 +1806,17 @@ impl Engine {
             scaler: spec.training_scaler(&snapshot.data, &snapshot.held_out),
             previous: None,
             rank: None,
+            retrains: 0,
         });
+        // CutS3VM's CCCP is local: a periodic cold start lets it leave an optimum the windows
+        // have moved away from.
+        let cold = self
+            .config
+            .model
+            .cuts3vm
+            .as_ref()
+            .is_some_and(|c| learner.retrains % c.cold_every == 0);
+        learner.retrains += 1;
         let scaled = Dataset {
             rows: learner.scaler.transform(&snapshot.data.rows),
             labels: snapshot.data.labels.clone(),
@@ -1798,7 +1831,8 @@ impl Engine {
             snapshot,
             scaled,
             scaler: learner.scaler.clone(),
-            previous: learner.previous.clone(),
+            previous: learner.previous.clone().filter(|_| !cold),
+            fallback: self.config.model.fallback(),
             tuning: learner
                 .rank
                 .filter(|r| r.reusable(rows))
@@ -2395,6 +2429,9 @@ pub struct RetrainJob {
     /// end needs a pre-pass fit, which belongs off the engine thread.
     spec: LearnerSpec,
     previous: Option<Fit>,
+    /// CutS3VM's fallback learner and the labelled events per class it needs
+    /// ([`crate::config::ModelConfig::fallback`]).
+    fallback: Option<(LearnerSpec, usize)>,
     /// τ-FPL's kept ranking depth and R; `None` with `rank_tau` or `reg` `"auto"`: search
     /// them.
     tuning: Option<(f64, f64)>,
@@ -2411,6 +2448,13 @@ pub struct TrainedRetrain {
     timed_out: bool,
 }
 
+impl TrainedRetrain {
+    /// Why CutS3VM's fallback trained instead, if it did.
+    fn fallback(&self) -> Option<String> {
+        self.fitted.as_ref().ok().and_then(|f| f.fallback.clone())
+    }
+}
+
 /// What a retrain computed.
 struct Fitted {
     fit: Fit,
@@ -2421,6 +2465,8 @@ struct Fitted {
     algorithm: Algorithm,
     /// τ-FPL's ranking-depth search, if this retrain ran one.
     rank_choice: Option<RankChoice>,
+    /// Why CutS3VM's fallback trained instead, if it did.
+    fallback: Option<String>,
 }
 
 impl RetrainJob {
@@ -2441,12 +2487,9 @@ impl RetrainJob {
     /// comes from the training events alone, docs/certificates.md §5), its fit and, unless
     /// `threshold = "none"` (every row trains, no threshold), the threshold.
     fn fit(&self, stop: &AtomicBool) -> Result<Fitted, CalibrateError> {
-        let (spec, _) = resolve_training_prior(
-            &self.spec,
-            &self.snapshot.data,
-            &self.snapshot.held_out,
-            stop,
-        )?;
+        let (spec, fallback) = self.cuts3vm_or_fallback();
+        let (spec, _) =
+            resolve_training_prior(&spec, &self.snapshot.data, &self.snapshot.held_out, stop)?;
         let spec = spec.check()?;
         let previous = self.previous.as_ref();
         let (spec, rank_choice) = match self.tuning {
@@ -2464,6 +2507,7 @@ impl RetrainJob {
                 prior: None,
                 algorithm,
                 rank_choice,
+                fallback,
             });
         };
         threshold.method.get_or_insert(if self.with_negatives {
@@ -2484,7 +2528,38 @@ impl RetrainJob {
             prior,
             algorithm,
             rank_choice,
+            fallback,
         })
+    }
+
+    /// The settings this retrain trains with: CutS3VM's, with π the training events'
+    /// labelled positive share (clamped) when `model.prior` is unset; or its fallback's, and
+    /// why, when the training events hold fewer than `min_labeled_per_class` labelled events
+    /// of a class. Other algorithms' as they are.
+    fn cuts3vm_or_fallback(&self) -> (LearnerSpec, Option<String>) {
+        let mut spec = self.spec.clone();
+        let AlgorithmSpec::CutS3vm(cut) = &mut spec.algorithm else {
+            return (spec, None);
+        };
+        let data = &self.snapshot.data;
+        let training = data.select(&training_rows(&self.snapshot.held_out));
+        let (positive, negative) = (
+            training.count(Label::Positive),
+            training.count(Label::Negative),
+        );
+        if let Some((fallback, least)) = &self.fallback {
+            if positive < *least || negative < *least {
+                let why = format!(
+                    "{positive} positive and {negative} negative labelled training events, \
+                     fewer than model.cuts3vm.min_labeled_per_class = {least} of a class"
+                );
+                return (fallback.clone(), Some(why));
+            }
+        }
+        if cut.prior.is_none() {
+            cut.prior = labelled_prior(&training);
+        }
+        (spec, None)
     }
 }
 
@@ -3046,6 +3121,90 @@ mod tests {
         )
         .expect("engine");
         (e, registry)
+    }
+
+    /// The `[model]` table of a CutS3VM daemon on the bundled stream, with `extra` lines in
+    /// its `[model.cuts3vm]` table.
+    fn cuts3vm_model(extra: &str) -> String {
+        format!(
+            "algorithm = \"cuts3vm\"\nprior = 0.38\ntau = 0.05\ncalibration = \"hash\"\nseed = 1\n\
+             [model.cuts3vm]\ncl = 10.0\ncu = 1.0\n{extra}"
+        )
+    }
+
+    /// CutS3VM in the daemon: the first model is a certified CutS3VM model trained on the
+    /// positive and negative windows plus the unlabeled one; the next retrains warm-start from
+    /// its w, and every `cold_every`-th starts cold (the labelled-only fit and the C_u stages
+    /// run again, which a warm start skips).
+    #[test]
+    fn cuts3vm_trains_on_all_three_windows_and_starts_cold_every_few_retrains() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let model = cuts3vm_model("cold_every = 2\n");
+        let (mut e, registry) = engine_of(dir.path(), &model, "", Box::new(Discard));
+        feed_until_first_model(&mut e, &registry);
+        let active = registry.active().expect("a model");
+        let Model::CutS3vm(entry) = &active.model else {
+            panic!("a cuts3vm model, got {}", active.model.algorithm());
+        };
+        assert!(entry.fit.report.converged, "{:?}", entry.fit.report);
+        assert!(
+            entry.fit.report.first_iterate_rounds > 0,
+            "a cold first fit"
+        );
+        assert!(entry.threshold.is_some(), "certified");
+        assert!(!active.model.degenerate());
+        let fingerprint = &entry.fingerprint;
+        assert!(fingerprint.n_positive > 0 && fingerprint.n_negative > 0);
+        assert!(fingerprint.n_unlabeled > 0);
+        assert_eq!(e.metrics.retrains.with_label_values(&["swapped"]).get(), 1);
+        // Every second retrain prepared starts cold; the others from the last w (no first
+        // iterate, no stages).
+        let (mut warm, mut cold) = (0, 0);
+        for _ in 0..2 {
+            let prepared = e.learner.as_ref().map_or(0, |l| l.retrains);
+            let job = e.prepare_retrain(Instant::now()).expect("a retrain job");
+            let trained = job.run();
+            let fit = &trained.fitted.as_ref().expect("trained").fit;
+            let Fit::CutS3vm(m) = fit else {
+                panic!("a cuts3vm fit")
+            };
+            let r = &m.report;
+            if prepared % 2 == 0 {
+                assert!(
+                    r.first_iterate_rounds > 0 && r.anneal_stages == 4,
+                    "cold: {r:?}"
+                );
+                cold += 1;
+            } else {
+                assert_eq!(
+                    (r.first_iterate_rounds, r.anneal_stages),
+                    (0, 0),
+                    "warm: {r:?}"
+                );
+                warm += 1;
+            }
+            e.complete_retrain(trained);
+        }
+        assert_eq!((warm, cold), (1, 1));
+    }
+
+    /// While the training events hold fewer labelled events of a class than
+    /// `min_labeled_per_class`, the fallback trains, its model is swapped in and counted as
+    /// `fallback`, and the configuration's fingerprint covers the `[model.cuts3vm]` table.
+    #[test]
+    fn cuts3vm_falls_back_while_a_class_has_too_few_labelled_events() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let model = cuts3vm_model("min_labeled_per_class = 100000\n");
+        let (mut e, registry) = engine_of(dir.path(), &model, "", Box::new(Discard));
+        feed_until_first_model(&mut e, &registry);
+        let active = registry.active().expect("a model");
+        assert_eq!(active.model.algorithm(), "tfpl");
+        assert_eq!(e.metrics.retrains.with_label_values(&["fallback"]).get(), 1);
+        assert_eq!(e.metrics.retrains.with_label_values(&["swapped"]).get(), 0);
+        let other = cuts3vm_model("min_labeled_per_class = 100000\nepsilon = 0.05\n");
+        let dir2 = tempfile::tempdir().expect("temp dir");
+        let (e2, _) = engine_of(dir2.path(), &other, "", Box::new(Discard));
+        assert_ne!(e.fingerprint(57), e2.fingerprint(57));
     }
 
     /// Feeds the bundled stream until the first model is active; returns its version.

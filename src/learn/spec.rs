@@ -220,14 +220,15 @@ impl CutS3vmSpec {
             (Kernel::Linear, None) => None,
             (Kernel::Linear, Some(_)) => {
                 return Err(CutError::Param(
-                    "--nystrom-rank needs a non-linear --kernel (rbf or poly)".into(),
+                    "--nystrom-rank (nystrom_rank) needs a non-linear kernel (rbf or poly)".into(),
                 ))
             }
             (_, None) => {
                 return Err(CutError::Param(
-                    "a non-linear kernel needs --nystrom-rank R: CutS3VM takes kernels only \
-                     through an explicit Nyström map"
-                        .into(),
+                    "a non-linear kernel needs --nystrom-rank R (nystrom_rank in \
+                     [model.cuts3vm]): CutS3VM takes kernels only through an explicit Nyström \
+                     map"
+                    .into(),
                 ))
             }
             (kernel, Some(rank)) => Some(NystromSpec { kernel, rank, seed }),
