@@ -238,8 +238,9 @@ pub struct ModelConfig {
 
 /// `[model.cuts3vm]`: CutS3VM's settings (docs/cuts3vm.md). It trains on the positive and
 /// negative windows as labelled events and the unlabeled window, with π = `model.prior` (the
-/// positive share of the unlabeled stream; absent: the labelled events' positive share,
-/// clamped to [0.05, 0.95]).
+/// positive share of the unlabeled stream), which it requires: unlike `neyman train`, which
+/// defaults π to the labelled rows' share, the daemon's labelled share is set by the window
+/// sizes and the feedback rates, not by the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cuts3vmConfig {
@@ -269,7 +270,7 @@ pub struct Cuts3vmConfig {
     #[serde(default)]
     pub nystrom_rank: Option<usize>,
     /// What trains while the training events hold fewer than `min_labeled_per_class` labelled
-    /// events of either class: `"usmo"` (positives against unlabeled events; needs
+    /// events of either class: `"usmo"` (positives against unlabeled events, with
     /// `model.prior`) or `"tfpl"` (the default). Counted as
     /// `neyman_retrains_total{result="fallback"}` when its model is swapped in.
     #[serde(default = "default_fallback")]
@@ -415,6 +416,15 @@ impl ModelConfig {
             );
         }
         if m.algorithm == AlgorithmName::Cuts3vm {
+            if m.prior.is_none() {
+                return bad(
+                    "model.prior",
+                    "required when algorithm = \"cuts3vm\": the positive share of the unlabeled \
+                     stream (b = 2π − 1); the windows' labelled share reflects their sizes and \
+                     the feedback rates, not the stream"
+                        .into(),
+                );
+            }
             let Some(c) = &m.cuts3vm else {
                 return bad(
                     "model.cuts3vm",
@@ -425,17 +435,11 @@ impl ModelConfig {
             c.check(m)?;
         }
         let auto = self.prior_auto().is_some();
-        if m.trains(AlgorithmName::Usmo) && m.prior.is_none() && !auto {
+        if m.algorithm == AlgorithmName::Usmo && m.prior.is_none() && !auto {
             return bad(
                 "model.prior",
-                format!(
-                    "required when {} (unless prior_min or prior_max is \"auto\")",
-                    if m.algorithm == AlgorithmName::Usmo {
-                        "algorithm = \"usmo\""
-                    } else {
-                        "model.cuts3vm.fallback = \"usmo\""
-                    }
-                ),
+                "required when algorithm = \"usmo\" (unless prior_min or prior_max is \"auto\")"
+                    .into(),
             );
         }
         let (lo, hi) = self.prior_interval();
@@ -514,13 +518,6 @@ impl ModelConfig {
     /// The ends that are `"auto"`, if any, with the anchor share.
     pub fn prior_auto(&self) -> Option<PriorAuto> {
         PriorAuto::of(self.prior_min, self.prior_max, self.prior_anchor)
-    }
-
-    /// Whether `algorithm` trains here: as the algorithm, or as CutS3VM's fallback.
-    fn trains(&self, algorithm: AlgorithmName) -> bool {
-        self.algorithm == algorithm
-            || (self.algorithm == AlgorithmName::Cuts3vm
-                && self.cuts3vm.as_ref().map(|c| c.fallback) == Some(algorithm))
     }
 
     /// CutS3VM's fallback learner (the same `[model]` settings with `fallback` as the
@@ -743,14 +740,19 @@ mod tests {
     /// spec with `prior`, and every bad value is refused naming its key.
     #[test]
     fn the_cuts3vm_table_is_required_checked_and_mapped() {
-        let cut = "[source]\npath = \"s\"\n[model]\nalgorithm = \"cuts3vm\"\ntau = 0.05\n";
-        let e = load(cut, &[]).unwrap_err().to_string();
+        let no_prior = "[source]\npath = \"s\"\n[model]\nalgorithm = \"cuts3vm\"\ntau = 0.05\n";
+        let e = load(&format!("{no_prior}[model.cuts3vm]\ncl = 1\ncu = 1\n"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("model.prior") && e.contains("cuts3vm"), "{e}");
+        let cut = format!("{no_prior}prior = 0.3\n");
+        let e = load(&cut, &[]).unwrap_err().to_string();
         assert!(
             e.contains("model.cuts3vm") && e.contains("cl and cu"),
             "{e}"
         );
         let loaded = load(
-            &format!("{cut}prior = 0.3\n[model.cuts3vm]\ncl = 5\ncu = 0.5\nepsilon = 0.05\n"),
+            &format!("{cut}[model.cuts3vm]\ncl = 5\ncu = 0.5\nepsilon = 0.05\n"),
             &[],
         )
         .expect("valid");
@@ -779,7 +781,6 @@ mod tests {
                 "min_labeled_per_class",
             ),
             ("cl = 1\ncu = 1\nnystrom = 5\n", "nystrom"),
-            ("cl = 1\ncu = 1\nfallback = \"usmo\"\n", "model.prior"),
         ] {
             let e = load(&format!("{cut}[model.cuts3vm]\n{table}"), &[])
                 .unwrap_err()

@@ -59,7 +59,6 @@ use crate::learn::metrics::np_score;
 use crate::learn::model::{Fingerprint, Model, Provenance};
 use crate::learn::prior::{resolve_training_prior, PriorBounds};
 use crate::learn::rank_tau::RankChoice;
-use crate::learn::s3vm::labelled_prior;
 use crate::learn::spec::{
     fit_of, model_of, training_rows, Algorithm, AlgorithmSpec, Fit, LearnerSpec,
 };
@@ -2532,13 +2531,12 @@ impl RetrainJob {
         })
     }
 
-    /// The settings this retrain trains with: CutS3VM's, with π the training events'
-    /// labelled positive share (clamped) when `model.prior` is unset; or its fallback's, and
-    /// why, when the training events hold fewer than `min_labeled_per_class` labelled events
-    /// of a class. Other algorithms' as they are.
+    /// The settings this retrain trains with: CutS3VM's, or its fallback's and why, when the
+    /// training events hold fewer than `min_labeled_per_class` labelled events of a class.
+    /// Other algorithms' as they are.
     fn cuts3vm_or_fallback(&self) -> (LearnerSpec, Option<String>) {
-        let mut spec = self.spec.clone();
-        let AlgorithmSpec::CutS3vm(cut) = &mut spec.algorithm else {
+        let spec = self.spec.clone();
+        let AlgorithmSpec::CutS3vm(_) = &spec.algorithm else {
             return (spec, None);
         };
         let data = &self.snapshot.data;
@@ -2555,9 +2553,6 @@ impl RetrainJob {
                 );
                 return (fallback.clone(), Some(why));
             }
-        }
-        if cut.prior.is_none() {
-            cut.prior = labelled_prior(&training);
         }
         (spec, None)
     }
