@@ -46,7 +46,7 @@ use crate::learn::prior::resolve_training_prior;
 use crate::learn::s3vm::cut::CutError;
 use crate::learn::s3vm::nystrom::NystromError;
 use crate::learn::s3vm::{labelled_prior, PriorSource};
-use crate::learn::spec::{model_of, training_rows, AlgorithmSpec, LearnerSpec, SpecError};
+use crate::learn::spec::{model_of, AlgorithmSpec, LearnerSpec, SpecError};
 use crate::learn::tfpl::TfplValidParams;
 use crate::learn::threshold::ThresholdResult;
 use crate::learn::usmo::{UsmoError, UsmoValidParams};
@@ -340,7 +340,8 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
         fields.insert("prior_lower_bound".into(), json!(b.lower));
         fields.insert("prior_upper_bound".into(), json!(b.upper));
     }
-    if model.degenerate() && matches!(model, Model::CutS3vm(_)) {
+    let cut = matches!(model, Model::CutS3vm(_));
+    if model.degenerate() && cut {
         tracing::warn!(
             "the model is degenerate: w = 0, so every row scores b = 2π − 1 and it ranks \
              nothing; scale the features (--scale standard) or change --cl / --cu"
@@ -353,7 +354,7 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
              (--rank-tau auto, or a larger value)"
         );
     }
-    if report["converged"] == json!(false) && matches!(model, Model::CutS3vm(_)) {
+    if report["converged"] == json!(false) && cut {
         tracing::warn!(
             stop_reason = %report["stop_reason"],
             rounds = %report["rounds"],
@@ -366,18 +367,14 @@ pub fn train(args: &TrainArgs, cancel: &AtomicBool) -> Result<(), CliError> {
             "training stopped before convergence"
         );
     }
-    let fit_steps = &report[if matches!(model, Model::CutS3vm(_)) {
-        "rounds"
-    } else {
-        "iterations"
-    }];
+    let fit_steps = &report[if cut { "rounds" } else { "iterations" }];
     match args.report {
         Some(ReportFormat::Json) => println!("{report}"),
         None => println!(
             "trained {}: {} {}, converged: {}, {:.3}s{} -> {}",
             model.algorithm(),
             fit_steps,
-            if matches!(model, Model::CutS3vm(_)) {
+            if cut {
                 "cutting-plane rounds"
             } else {
                 "pair/gradient steps"
@@ -408,8 +405,8 @@ fn s3vm_prior(
     if s.prior.is_some() {
         return Ok((spec, Some(PriorSource::Given)));
     }
-    let training = data.select(&training_rows(held_out));
-    let prior = labelled_prior(&training).ok_or_else(|| {
+    let training = data.labels.iter().zip(held_out).filter(|(_, &h)| !h);
+    let prior = labelled_prior(training.map(|(label, _)| label)).ok_or_else(|| {
         CliError::Usage("cuts3vm needs labelled rows of both classes (1 and -1)".into())
     })?;
     tracing::warn!(

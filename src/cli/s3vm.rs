@@ -64,9 +64,8 @@ pub(super) fn s3vm_eval(args: &EvalArgs, cancel: &AtomicBool) -> Result<(), CliE
     }
     let data = read_data(&args.data)?;
     let source = prior_source(&args.model);
-    // Check the flags and the file once before the trials.
-    let first = Split::new(&data, rule, args.seed, &args.model)?;
-    solver(&args.model, &first.data, first.prior, args.seed)?;
+    // The flags, checked once before the trials (π is each trial's).
+    solver(&args.model, &data, 0.5, args.seed)?;
     let jobs = jobs(args.jobs)?;
     let progress = Progress::new(args.quiet, "cuts3vm trials", args.repeats, "trials");
     let trials = run_repeats(args.repeats, jobs, &progress, |r| {
@@ -134,7 +133,7 @@ impl Split {
                     .count();
                 positive as f64 / hidden.len().max(1) as f64
             }
-            None => labelled_prior(&split).unwrap_or(0.5),
+            None => labelled_prior(&split.labels).unwrap_or(0.5),
         };
         let scaler = Scaler::fit(model.scale.into(), &split.rows);
         let data = Dataset {

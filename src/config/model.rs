@@ -520,13 +520,18 @@ impl ModelConfig {
         PriorAuto::of(self.prior_min, self.prior_max, self.prior_anchor)
     }
 
+    /// The `[model.cuts3vm]` table when CutS3VM is the algorithm (a table beside another
+    /// algorithm is ignored).
+    pub fn cuts3vm_table(&self) -> Option<&Cuts3vmConfig> {
+        self.cuts3vm
+            .as_ref()
+            .filter(|_| self.algorithm == AlgorithmName::Cuts3vm)
+    }
+
     /// CutS3VM's fallback learner (the same `[model]` settings with `fallback` as the
     /// algorithm) and the labelled events per class below which it trains instead.
     pub fn fallback(&self) -> Option<(LearnerSpec, usize)> {
-        let c = self
-            .cuts3vm
-            .as_ref()
-            .filter(|_| self.algorithm == AlgorithmName::Cuts3vm)?;
+        let c = self.cuts3vm_table()?;
         Some((self.learner_spec_for(c.fallback), c.min_labeled_per_class))
     }
 

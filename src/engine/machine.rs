@@ -59,9 +59,7 @@ use crate::learn::metrics::np_score;
 use crate::learn::model::{Fingerprint, Model, Provenance};
 use crate::learn::prior::{resolve_training_prior, PriorBounds};
 use crate::learn::rank_tau::RankChoice;
-use crate::learn::spec::{
-    fit_of, model_of, training_rows, Algorithm, AlgorithmSpec, Fit, LearnerSpec,
-};
+use crate::learn::spec::{fit_of, model_of, Algorithm, AlgorithmSpec, Fit, LearnerSpec};
 use crate::learn::threshold::{binomial_upper_tail, umbrella, ThresholdMethod, ThresholdResult};
 use crate::learn::Scorer;
 use crate::stream::dlq::{DlqRecord, UnreadableLine};
@@ -1812,8 +1810,7 @@ impl Engine {
         let cold = self
             .config
             .model
-            .cuts3vm
-            .as_ref()
+            .cuts3vm_table()
             .is_some_and(|c| learner.retrains % c.cold_every == 0);
         learner.retrains += 1;
         let scaled = Dataset {
@@ -2539,12 +2536,14 @@ impl RetrainJob {
         let AlgorithmSpec::CutS3vm(_) = &spec.algorithm else {
             return (spec, None);
         };
-        let data = &self.snapshot.data;
-        let training = data.select(&training_rows(&self.snapshot.held_out));
-        let (positive, negative) = (
-            training.count(Label::Positive),
-            training.count(Label::Negative),
-        );
+        let training = |label| {
+            let labels = self.snapshot.data.labels.iter();
+            labels
+                .zip(&self.snapshot.held_out)
+                .filter(|&(&l, &held)| l == label && !held)
+                .count()
+        };
+        let (positive, negative) = (training(Label::Positive), training(Label::Negative));
         if let Some((fallback, least)) = &self.fallback {
             if positive < *least || negative < *least {
                 let why = format!(

@@ -283,35 +283,35 @@ impl CutS3vmValidParams {
             }
             None => vec![0.0; rows.n_features()],
         };
-        let w0 = if previous.is_none() && problem.wu > 0.0 {
-            let first = problem.with_cu(0.0);
-            let run = Solve::new(&first, self, deadline, cancel).run(w0, totals.rounds_left(self));
+        // C_u/n of each solve: on a cold start with unlabeled rows, the labelled-only first
+        // iterate (0) and the annealing stages C_u/2^k before C_u itself.
+        let cold = previous.is_none() && problem.wu > 0.0;
+        let stages = if cold { self.anneal_stages } else { 0 };
+        let earlier: Vec<f64> = cold
+            .then_some(0.0)
+            .into_iter()
+            .chain(
+                (1..=stages)
+                    .rev()
+                    .map(|k| problem.wu / f64::from(2u32.pow(k))),
+            )
+            .collect();
+        let mut w = w0;
+        for wu in earlier {
+            let stage = problem.with_cu(wu);
+            let run = Solve::new(&stage, self, deadline, cancel).run(w, totals.rounds_left(self));
             totals.add(&run);
-            totals.first_iterate_rounds = run.rounds;
+            if wu == 0.0 {
+                totals.first_iterate_rounds = run.rounds;
+            } else {
+                totals.anneal_stages += 1;
+            }
             if run.stop_reason != StopReason::Converged {
                 return self.model(&problem, map, run, totals, start);
             }
-            run.w
-        } else {
-            w0
-        };
-        let mut w0 = w0;
-        let stages = if previous.is_none() {
-            self.anneal_stages
-        } else {
-            0
-        };
-        for k in (1..=stages).rev() {
-            let stage = problem.with_cu(problem.wu / f64::from(2u32.pow(k)));
-            let run = Solve::new(&stage, self, deadline, cancel).run(w0, totals.rounds_left(self));
-            totals.add(&run);
-            totals.anneal_stages += 1;
-            if run.stop_reason != StopReason::Converged {
-                return self.model(&problem, map, run, totals, start);
-            }
-            w0 = run.w;
+            w = run.w;
         }
-        let run = Solve::new(&problem, self, deadline, cancel).run(w0, totals.rounds_left(self));
+        let run = Solve::new(&problem, self, deadline, cancel).run(w, totals.rounds_left(self));
         totals.add(&run);
         self.model(&problem, map, run, totals, start)
     }

@@ -11,7 +11,7 @@
 pub mod cut;
 pub mod nystrom;
 
-use crate::data::{Dataset, Label};
+use crate::data::Label;
 
 /// Where π came from, as reports name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -25,9 +25,16 @@ pub enum PriorSource {
     Oracle,
 }
 
-/// The default π: the labelled rows' positive share clamped to [0.05, 0.95], or `None`
-/// without labelled rows.
-pub fn labelled_prior(data: &Dataset) -> Option<f64> {
-    let (p, n) = (data.count(Label::Positive), data.count(Label::Negative));
+/// The default π: the positive share of the labelled rows among `labels`, clamped to
+/// [0.05, 0.95], or `None` without labelled rows.
+pub fn labelled_prior<'a>(labels: impl IntoIterator<Item = &'a Label>) -> Option<f64> {
+    let (mut p, mut n) = (0usize, 0usize);
+    for label in labels {
+        match label {
+            Label::Positive => p += 1,
+            Label::Negative => n += 1,
+            Label::Unlabeled => {}
+        }
+    }
     (p + n > 0).then(|| (p as f64 / (p + n) as f64).clamp(0.05, 0.95))
 }
