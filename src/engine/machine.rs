@@ -307,7 +307,7 @@ pub struct Engine {
     /// none, and [`Engine::unseen`] then counts only the events newer than its snapshot as
     /// unseen (its held-out events count as seen, so they never calibrate a fresh threshold
     /// or test the feedback) until the next swap.
-    recent_held_out: BTreeMap<u64, BTreeSet<String>>,
+    recent_held_out: BTreeMap<u64, HeldOutIds>,
     feedback: Rolling,
     recent_flags: Rolling,
     /// The active model's fresh threshold is newer than its file beside the model
@@ -351,6 +351,10 @@ struct Newest {
     since: i64,
     limit: usize,
 }
+
+/// The ids a model's own snapshot held out (`model.calibration = "recent"`), asked about
+/// for every feedback event a fresh threshold reads: hashed, not ordered.
+type HeldOutIds = HashSet<String, foldhash::fast::RandomState>;
 
 fn channel_index(c: Channel) -> usize {
     match c {
@@ -515,7 +519,8 @@ impl Engine {
                 let version = m.meta.version;
                 match self.store.held_out(version) {
                     Ok(Some(ids)) => {
-                        self.recent_held_out.insert(version, ids);
+                        self.recent_held_out
+                            .insert(version, ids.into_iter().collect());
                     }
                     Ok(None) => {}
                     Err(e) => tracing::warn!(
@@ -1161,7 +1166,7 @@ impl Engine {
                 );
             }
         }
-        cache.prune(c, window.oldest_seq(), window.len());
+        cache.prune(c, window.oldest_seq());
         picked
             .iter()
             .map(|&(seq, e)| Some((e.ts, cache.get(c, seq)?.score?)))
@@ -1945,7 +1950,7 @@ impl Engine {
             let rows = 0..snapshot.data.len();
             let ids = &snapshot.data.ids;
             // An id on two labelled channels (both copies are rows) is held out only if both are.
-            let trained: BTreeSet<&str> = rows
+            let trained: HashSet<&str, foldhash::fast::RandomState> = rows
                 .clone()
                 .filter(|&i| !snapshot.held_out[i])
                 .map(|i| ids[i].as_str())
@@ -1961,7 +1966,8 @@ impl Engine {
                     "cannot persist the held-out ids; after a restart they count as trained on"
                 );
             }
-            self.recent_held_out.insert(version, held);
+            self.recent_held_out
+                .insert(version, held.into_iter().collect());
             let kept: BTreeSet<u64> = self
                 .registry
                 .models()

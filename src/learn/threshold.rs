@@ -334,6 +334,31 @@ fn umbrella_rank(n: usize, tau: f64, delta: f64) -> Option<usize> {
     Some(hi)
 }
 
+/// [`umbrella_rank`] and [`umbrella_fpr_bound`] of (n, τ, δ), remembered per thread: they
+/// cost tens of incomplete-beta evaluations, and a daemon asks for the same n (its
+/// `recalibrate.window`) thousands of times.
+fn umbrella_rank_and_bound(n: usize, tau: f64, delta: f64) -> Option<(usize, f64)> {
+    type Memo = std::collections::HashMap<(usize, u64, u64), Option<(usize, f64)>>;
+    thread_local! {
+        static MEMO: std::cell::RefCell<Memo> = std::cell::RefCell::new(Memo::new());
+    }
+    /// Distinct (n, τ, δ) kept before the memo starts over.
+    const MEMO_CAPACITY: usize = 4096;
+    let key = (n, tau.to_bits(), delta.to_bits());
+    if let Some(known) = MEMO.with(|m| m.borrow().get(&key).copied()) {
+        return known;
+    }
+    let computed = umbrella_rank(n, tau, delta).map(|k| (k, umbrella_fpr_bound(n, k, delta, tau)));
+    MEMO.with(|m| {
+        let mut memo = m.borrow_mut();
+        if memo.len() >= MEMO_CAPACITY {
+            memo.clear();
+        }
+        memo.insert(key, computed);
+    });
+    computed
+}
+
 /// The smallest τ′ with P(Bin(n, 1 − τ′) ≥ k) ≤ δ, given that τ′ = `tau` qualifies. As
 /// I_{1−τ′}(k, n − k + 1) = δ, it is 1 minus the δ-quantile of Beta(k, n − k + 1), found by
 /// bisection on [0, τ] (keeping the certified end, so it is ≤ τ). It falls as k grows: a
@@ -373,21 +398,23 @@ pub fn umbrella(
         check_finite(p, "positive")?;
     }
     let n = calibration_negative_scores.len();
-    let k = umbrella_rank(n, tau, delta).ok_or_else(|| ThresholdError::TooFewNegatives {
-        needed: min_negatives(tau, delta),
-        have: n,
-        tau,
-        delta,
-    })?;
-    let negatives = sorted(calibration_negative_scores);
-    let threshold = negatives[k - 1];
-    let above = count_above(&negatives, threshold);
+    let (k, fpr_bound) =
+        umbrella_rank_and_bound(n, tau, delta).ok_or_else(|| ThresholdError::TooFewNegatives {
+            needed: min_negatives(tau, delta),
+            have: n,
+            tau,
+            delta,
+        })?;
+    // The k-th smallest by selection (O(n)): a daemon recalibrates every few feedback events.
+    let mut negatives = calibration_negative_scores.to_vec();
+    let (_, &mut threshold, _) = negatives.select_nth_unstable_by(k - 1, f64::total_cmp);
+    let above = negatives.iter().filter(|&&s| s > threshold).count();
     Ok(ThresholdResult {
         method: ThresholdMethod::Umbrella,
         tau,
         delta: Some(delta),
         threshold,
-        fpr_bound: Some(umbrella_fpr_bound(n, k, delta, tau)),
+        fpr_bound: Some(fpr_bound),
         fpr_estimate: (above + 1) as f64 / (n + 1) as f64,
         tpr_estimate: positives.map(|p| share_above(p, threshold)),
         calibration_negatives: n,
