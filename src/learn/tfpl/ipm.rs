@@ -653,42 +653,28 @@ fn reduce(
     let e: Vec<f64> = (0..n).map(|j| 1.0 / (1.0 + v[j] * u[j])).collect();
     let g: Vec<f64> = (0..n).map(|j| u[j] * e[j]).collect();
 
-    // S_ww = R·I + Xpᵀ diag(a) Xp + Xnᵀ diag(g) Xn, as Σ YᵀY over blocks of rows scaled by
-    // √weight (a block stays in cache between its scaling and its product); the same pass sums
-    // Xpᵀa, Xnᵀg and Xnᵀe (the borders of S and of the system).
-    let (mut sax, mut sgx, mut sex) = (vec![0.0; d], vec![0.0; d], vec![0.0; d]);
-    let mut sww = Array2::<f64>::zeros((d, d));
-    let mut filled = 0;
-    for i in 0..m + n {
-        let mut target = block.row_mut(filled);
-        if i < m {
-            let (source, weight) = (xp.row(i), a[i]);
-            let root = weight.sqrt();
-            for ((y, s), &x) in target.iter_mut().zip(sax.iter_mut()).zip(source) {
-                *y = root * x;
-                *s += weight * x;
-            }
-        } else {
-            let (source, weight, ej) = (xn.row(i - m), g[i - m], e[i - m]);
-            let root = weight.sqrt();
-            for (((y, s), t), &x) in target
-                .iter_mut()
-                .zip(sgx.iter_mut())
-                .zip(sex.iter_mut())
-                .zip(source)
-            {
-                *y = root * x;
-                *s += weight * x;
-                *t += ej * x;
-            }
-        }
-        filled += 1;
-        if filled == block.nrows() || i + 1 == m + n {
-            let part = block.slice(s![..filled, ..]);
-            lower_gram_add(part, &mut sww);
-            filled = 0;
-        }
-    }
+    // S_ww = R·I + Xpᵀ diag(a) Xp + Xnᵀ diag(g) Xn, with the borders Xpᵀa, Xnᵀg and Xnᵀe:
+    // most of an iteration's work, so large problems split the rows in two halves summed on
+    // two threads (a fixed split, so the result does not depend on the machine).
+    let weights = Weights {
+        xp: xp.view(),
+        xn: xn.view(),
+        a: &a,
+        g: &g,
+        e: &e,
+    };
+    let Gram { sax, sgx, sex, sww } = if m + n >= PARALLEL_GRAM_ROWS {
+        let half = (m + n) / 2;
+        let shape = block.dim();
+        let (mut first, second) = rayon::join(
+            || weights.gram(0..half, block),
+            || weights.gram(half..m + n, &mut Array2::zeros(shape)),
+        );
+        first.add(&second);
+        first
+    } else {
+        weights.gram(0..m + n, block)
+    };
     let (sum_a, sum_g) = (a.iter().sum::<f64>(), g.iter().sum::<f64>());
     let sum_e = e.iter().sum::<f64>();
     // S = [[S_ww, −Xnᵀg, −Xpᵀa], [·, Σg, 0], [·, 0, Σa]] over (w, t, h).
@@ -730,6 +716,83 @@ fn reduce(
         border_solved,
         schur,
     })
+}
+
+/// Rows from which [`reduce`] forms S_ww on two threads.
+const PARALLEL_GRAM_ROWS: usize = 2048;
+
+/// The rows and their weights in S_ww: positives (rows of `xp`) by `a`; negatives (rows of
+/// `xn`, numbered after the positives) by `g` in S_ww and `e` in the border Xnᵀe.
+struct Weights<'a> {
+    xp: ArrayView2<'a, f64>,
+    xn: ArrayView2<'a, f64>,
+    a: &'a [f64],
+    g: &'a [f64],
+    e: &'a [f64],
+}
+
+/// A share of S_ww (lower triangle) and of the borders Xpᵀa, Xnᵀg, Xnᵀe.
+struct Gram {
+    sax: Vec<f64>,
+    sgx: Vec<f64>,
+    sex: Vec<f64>,
+    sww: Array2<f64>,
+}
+
+impl Gram {
+    fn add(&mut self, other: &Gram) {
+        for (mine, theirs) in [
+            (&mut self.sax, &other.sax),
+            (&mut self.sgx, &other.sgx),
+            (&mut self.sex, &other.sex),
+        ] {
+            mine.iter_mut().zip(theirs).for_each(|(x, y)| *x += y);
+        }
+        self.sww += &other.sww;
+    }
+}
+
+impl Weights<'_> {
+    /// The share of `rows`, as Σ YᵀY over blocks of rows scaled by √weight (a block stays in
+    /// cache between its scaling and its product); the same pass sums the borders.
+    fn gram(&self, rows: std::ops::Range<usize>, block: &mut Array2<f64>) -> Gram {
+        let (m, d) = (self.xp.nrows(), self.xp.ncols());
+        let (mut sax, mut sgx, mut sex) = (vec![0.0; d], vec![0.0; d], vec![0.0; d]);
+        let mut sww = Array2::<f64>::zeros((d, d));
+        let mut filled = 0;
+        let last = rows.end;
+        for i in rows {
+            let mut target = block.row_mut(filled);
+            if i < m {
+                let (source, weight) = (self.xp.row(i), self.a[i]);
+                let root = weight.sqrt();
+                for ((y, s), &x) in target.iter_mut().zip(sax.iter_mut()).zip(source) {
+                    *y = root * x;
+                    *s += weight * x;
+                }
+            } else {
+                let (source, weight, ej) = (self.xn.row(i - m), self.g[i - m], self.e[i - m]);
+                let root = weight.sqrt();
+                for (((y, s), t), &x) in target
+                    .iter_mut()
+                    .zip(sgx.iter_mut())
+                    .zip(sex.iter_mut())
+                    .zip(source)
+                {
+                    *y = root * x;
+                    *s += weight * x;
+                    *t += ej * x;
+                }
+            }
+            filled += 1;
+            if filled == block.nrows() || i + 1 == last {
+                let part = block.slice(s![..filled, ..]);
+                lower_gram_add(part, &mut sww);
+                filled = 0;
+            }
+        }
+        Gram { sax, sgx, sex, sww }
+    }
 }
 
 /// The lower triangle of `sww` += YᵀY (the upper one is left as it is): half of the general
