@@ -32,7 +32,7 @@
 //!   even if that retrain would have scored it. Wall-clock waits start at the first
 //!   [`Engine::tick`] after the arrival.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::sync::{Condvar, Mutex};
@@ -1552,19 +1552,16 @@ impl Engine {
         let Some(model) = self.registry.active() else {
             return;
         };
-        if let Ok(out) = score_one(&model, event) {
-            self.feedback.push(out.flagged == Some(true));
+        if let Some(flagged) = crate::engine::scoring::flags(&model, event) {
+            self.feedback.push(flagged);
             let flagged = self.feedback.flagged;
             self.metrics
                 .fpr_observed_negatives
                 .set(self.feedback.len() as i64);
             self.metrics.fpr_observed_flagged.set(flagged as i64);
             self.metrics.fpr_observed.set(self.feedback.rate());
-            self.metrics.fpr_observed_p_value.set(binomial_upper_tail(
-                self.feedback.len(),
-                flagged,
-                self.config.model.tau,
-            ));
+            let p_value = self.feedback.p_value(self.config.model.tau);
+            self.metrics.fpr_observed_p_value.set(p_value);
         }
     }
 
@@ -2687,9 +2684,31 @@ fn entry_of(event: Event, record: &Record) -> Entry {
 struct Rolling {
     flags: VecDeque<bool>,
     flagged: usize,
+    /// P(Bin(len, τ) ≥ flagged) by (len, flagged, τ): once the window is full only `flagged`
+    /// moves, within a narrow range, and an incomplete beta per feedback event was a few
+    /// percent of a replay.
+    p_values: HashMap<(usize, usize, u64), f64, foldhash::fast::FixedState>,
 }
 
 impl Rolling {
+    /// Distinct (len, flagged, τ) kept before the memo starts over.
+    const P_VALUES_KEPT: usize = 4096;
+
+    /// The one-sided p-value of the flagged share against `tau`
+    /// ([`binomial_upper_tail`]).
+    fn p_value(&mut self, tau: f64) -> f64 {
+        let key = (self.len(), self.flagged, tau.to_bits());
+        if let Some(&p) = self.p_values.get(&key) {
+            return p;
+        }
+        if self.p_values.len() >= Self::P_VALUES_KEPT {
+            self.p_values.clear();
+        }
+        let p = binomial_upper_tail(key.0, key.1, tau);
+        self.p_values.insert(key, p);
+        p
+    }
+
     fn push(&mut self, flag: bool) {
         if self.flags.len() == ROLLING_EVENTS && self.flags.pop_front() == Some(true) {
             self.flagged -= 1;

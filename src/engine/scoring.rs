@@ -278,6 +278,24 @@ pub fn score_one(model: &StoredModel, event: &Event) -> Result<ScoreOutput, Scor
     Ok(scored(model, threshold, event, score, true))
 }
 
+/// Whether `model` flags `event`, as [`score_one`]'s `flagged` says, without building the
+/// output (the drift and FPR gauges ask it of every negative-feedback event); `None` when the
+/// event cannot be scored.
+pub fn flags(model: &StoredModel, event: &Event) -> Option<bool> {
+    match &event.x {
+        Features::Dense(x) if x.len() == model.model.n_features() => {
+            let score = model.model.score_dense_row(x);
+            Some(
+                model
+                    .model
+                    .threshold()
+                    .is_some_and(|t| t.is_positive(score)),
+            )
+        }
+        _ => score_one(model, event).ok()?.flagged,
+    }
+}
+
 /// The output of a scored event. A model without a threshold (`threshold = "none"`, accepted
 /// by the gate only then) ranks: it flags nothing and certifies nothing.
 fn scored(
