@@ -17,7 +17,7 @@ use neyman::data::{read, Label, LabelledRows, ReadOptions, Rows, ScaleKind, Scal
 use neyman::learn::kernel::Kernel;
 use neyman::learn::s3vm::sdp::ipm::{SdpParams, SdpSolution, SdpStatus};
 use neyman::learn::s3vm::sdp::relax::{
-    gram, objective_matrix, Relaxation, RelaxedSdp, RltCut, RltKind, RowRule,
+    gram, objective_matrix, Relaxation, RelaxedSdp, RltCut, RltKind, RowKind, RowRule,
 };
 use neyman::learn::s3vm::sdp::SdpProblem;
 
@@ -138,8 +138,33 @@ fn check_against_csdp(relaxed: &RelaxedSdp, what: &str) -> SdpSolution {
         complementarity.abs() <= 1e-6 * (1.0 + own.primal_objective.abs()),
         "{what}: ⟨Y, Z⟩ = {complementarity:e}"
     );
-    // The multipliers agree too where the solution is unique enough: the dual objective
-    // already matched; the safe bound of either is below both objectives.
+    // The multipliers have the signs of their rows (y ≥ 0 on ≥ rows, ≤ 0 on ≤ rows).
+    assert_eq!(relaxed.kinds.len(), problem.constraints().len());
+    for (kind, y) in relaxed.kinds.iter().zip(&own.duals) {
+        let signed = match kind {
+            RowKind::Lower(_) | RowKind::DiagLower(_) | RowKind::Cut(_) => *y,
+            RowKind::Upper(_) | RowKind::DiagUpper(_) => -y,
+            RowKind::Corner | RowKind::Balance => continue,
+        };
+        assert!(
+            signed >= -1e-8 * scale,
+            "{what}: {kind:?} has multiplier {y:e}"
+        );
+    }
+    // The solution file's reading: CSDP's Z is C̃ − Σ y_k A_k at the multipliers read back
+    // (their sign flipped), and its Y satisfies the rows.
+    let z_csdp = problem.dual_slack(&reference.duals);
+    let z_difference = frobenius(&(&z_csdp - &reference.dual_slack));
+    assert!(
+        z_difference <= 1e-6 * scale,
+        "{what}: CSDP's Z is off by {z_difference:e}"
+    );
+    let csdp_violation = problem.max_row_violation(&reference.primal);
+    assert!(
+        csdp_violation <= 1e-6,
+        "{what}: CSDP's Y violates a row by {csdp_violation:e}"
+    );
+    // The safe bound at the engine's multipliers lies below CSDP's objective and loses little.
     let bound = relaxed
         .safe_lower_bound(&own.duals, Some(own.primal_objective * 2.0 + 1.0))
         .expect("safe bound");
@@ -185,7 +210,36 @@ fn the_engine_matches_csdp_on_sonar_and_ionosphere_roots() {
         let (relaxation, truth) = data_instance(file, rows, labelled, kernel, cl, seed);
         let relaxed = relaxation.build().expect("build");
         let what = format!("{file} rows {rows} {kernel:?} C_l {cl}");
+        // The root's rows (small rule, unbounded boxes): the corner, the balance row, one box
+        // row per labelled point and X_jj ≥ 1 per unlabeled point.
+        let count = |f: fn(&RowKind) -> bool| relaxed.kinds.iter().filter(|k| f(k)).count();
+        assert_eq!(
+            count(|k| matches!(k, RowKind::Corner | RowKind::Balance)),
+            2
+        );
+        assert_eq!(
+            count(|k| matches!(k, RowKind::Lower(_) | RowKind::Upper(_))),
+            labelled
+        );
+        assert_eq!(
+            count(|k| matches!(k, RowKind::DiagLower(_))),
+            rows - labelled
+        );
+        assert_eq!(relaxed.kinds.len(), rows + 2);
         let own = check_against_csdp(&relaxed, &what);
+        // At the root the full row rule adds only implied rows: the same value.
+        let full = Relaxation {
+            rows: RowRule::Full,
+            ..relaxation.clone()
+        }
+        .build()
+        .expect("build");
+        let full_value = solve(&full.problem).primal_objective;
+        assert!(
+            (full_value - own.primal_objective).abs() <= 1e-7 * own.primal_objective,
+            "{what}: full rows {full_value} vs small rows {}",
+            own.primal_objective
+        );
         // The true labelling's point is feasible for (20): the root bound is below it.
         let signs: Vec<f64> = truth.iter().map(|l| f64::from(l.code())).collect();
         if let Some(x) = relaxation.labelling_point(&signs) {
@@ -258,6 +312,17 @@ fn the_engine_matches_csdp_on_random_nodes_with_cuts() {
         let relaxed = relaxation.build().expect("build");
         let what = format!("random node seed {seed} n {n} {rule:?} {cuts} cuts");
         let own = check_against_csdp(&relaxed, &what);
+        // More rows, a bound at least as high.
+        if rule == RowRule::Small {
+            let full = Relaxation {
+                rows: RowRule::Full,
+                ..relaxation.clone()
+            }
+            .build()
+            .expect("build");
+            let full_value = solve(&full.problem).primal_objective;
+            assert!(full_value >= own.primal_objective * (1.0 - 1e-7), "{what}");
+        }
         // Finite boxes: T = 1 + Σ ū_i bounds trace(Y) without any upper bound.
         let bound = relaxed
             .safe_lower_bound(&own.duals, None)

@@ -139,10 +139,6 @@ struct Iterate {
 }
 
 impl SdpValidParams {
-    pub fn params(&self) -> SdpParams {
-        self.params
-    }
-
     /// Solves `problem` from the standard infeasible start (Y, s, Z, w positive multiples of
     /// the identity, y = 0). Never fails: trouble ends the solve with a status.
     pub fn solve(&self, problem: &SdpProblem) -> SdpSolution {

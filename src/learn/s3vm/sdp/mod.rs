@@ -40,8 +40,7 @@ pub enum SdpError {
 }
 
 /// The sense of a linear row ⟨A_k, Y⟩ · b_k.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sense {
     Eq,
     Ge,
@@ -211,7 +210,7 @@ pub(crate) fn frobenius_dot(a: &Mat<f64>, b: &Mat<f64>) -> f64 {
 }
 
 /// The safe lower bound of note B.4.5 and its parts.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SafeBound {
     /// bᵀy + T·Σ_{λ_i(Z) < 0} λ_i(Z): a lower bound on the optimum.
     pub value: f64,

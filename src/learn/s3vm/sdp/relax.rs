@@ -69,20 +69,22 @@ pub struct Balance {
 }
 
 /// Which box and diagonal rows (20) gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowRule {
-    /// The authors' "small relaxation" (note B.4.2): x_i ≥ L_i only when L_i > 0, x_i ≤ U_i
-    /// only when U_i < 0, X_ii ≥ 1 only where the box does not imply it (L_i < 1 and
-    /// U_i > −1), X_ii ≤ ū_i wherever ū_i is finite. The omitted rows follow from the others
-    /// and Y ⪰ 0 (x_i ≥ L_i ≥ 1 gives X_ii ≥ x_i² ≥ 1), so the bound is the same.
+    /// The authors' "small relaxation" (note B.4.2), fewer rows for a faster solve: x_i ≥ L_i
+    /// only when L_i > 0, x_i ≤ U_i only when U_i < 0, X_ii ≥ 1 only where the box does not
+    /// imply it (L_i < 1 and U_i > −1), X_ii ≤ ū_i wherever ū_i is finite. At the root (one-
+    /// sided labelled boxes, unbounded unlabeled ones) it equals [`RowRule::Full`], the
+    /// omitted X_ii ≥ 1 following from x_i ≥ 1 and Y ⪰ 0; on a node with finite two-sided
+    /// boxes it can be weaker (|x_i| ≤ √ū_i implies only the wider side of the box), the RLT
+    /// cuts carrying the box instead (note G-B8).
     Small,
     /// Every finite box row and X_ii ≥ 1 for every i, as (20) is written.
     Full,
 }
 
 /// The four RLT products of a pair (note B.4.3, eq. (21)), each linearised by X_ij = x_i x_j.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RltKind {
     /// (U_i − x_i)(U_j − x_j) ≥ 0
     T1,
@@ -95,7 +97,7 @@ pub enum RltKind {
 }
 
 /// One RLT cut on the pair (i, j), i ≠ j.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RltCut {
     pub i: usize,
     pub j: usize,
@@ -103,8 +105,7 @@ pub struct RltCut {
 }
 
 /// What one row of the built problem is.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowKind {
     /// Y_NN = 1.
     Corner,
@@ -377,11 +378,6 @@ pub struct RelaxedSdp {
 }
 
 impl RelaxedSdp {
-    /// λ_min(C).
-    pub fn min_eigenvalue_c(&self) -> f64 {
-        self.min_eigenvalue_c
-    }
-
     /// T for the safe bound: the smaller of 1 + Σ ū_i (the diagonal rows bound trace(Y)) and,
     /// given `upper` ≥ the optimum (any feasible point's objective, e.g. an incumbent's),
     /// 1 + upper/λ_min(C): ⟨C, X⟩ ≥ λ_min(C)·trace(X) for X ⪰ 0, so every Y at or below
