@@ -199,13 +199,22 @@ impl Relaxation {
 
     /// A point of model (8) with (11) for the full labelling `signs` (±1 per point): x = signs,
     /// then the balance residual ρ − Σ_j x_j spread evenly over the unlabeled points of its
-    /// sign, so every |x_j| stays ≥ 1. `None` when the residual has no such point to go to.
+    /// sign, so every |x_j| stays ≥ 1. `None` when the residual has no such point to go to
+    /// (or `signs` is not one per point).
     pub fn labelling_point(&self, signs: &[f64]) -> Option<Vec<f64>> {
+        if signs.len() != self.lower.len() {
+            return None;
+        }
         let mut x = signs.to_vec();
         let Some(balance) = &self.balance else {
             return Some(x);
         };
-        let residual = balance.rho - balance.unlabeled.iter().map(|&j| x[j]).sum::<f64>();
+        let sum: f64 = balance
+            .unlabeled
+            .iter()
+            .map(|&j| x.get(j).copied())
+            .sum::<Option<f64>>()?;
+        let residual = balance.rho - sum;
         if residual == 0.0 {
             return Some(x);
         }
