@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The full test suite, with everything it needs installed first. README's second command;
 # .ci/run calls it. Installs: promtool (Debian `prometheus`, for the metrics lint test and the
-# alert-rule unit tests) and socat + openssl (the TLS test) when missing; the Kafka broker for
+# alert-rule unit tests), socat + openssl (the TLS test) and coinor-csdp (the reference SDP
+# solver) when missing; the Kafka broker for
 # tests/kafka.rs (tansu 0.6.0, fetched by scripts/tansu.sh), exported as TANSU_BIN; curl for
 # the README's HTTP example (tests/examples.rs);
 # Python confluent-kafka for the interoperability test, exported as NEYMAN_PYTHON; all
@@ -43,6 +44,14 @@ if ! command -v socat >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 ||
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends socat openssl curl ca-certificates >/dev/null
+fi
+
+# CSDP (Debian coinor-csdp): the reference SDP solver of tests/sdp.rs and `bench sdp`.
+if ! command -v csdp >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends coinor-csdp >/dev/null
 fi
 
 # The alert rules and their unit tests, and a Prometheus config that loads them.

@@ -97,6 +97,9 @@ fn main() -> ExitCode {
             command: BenchCommand::Cuts3vm(a),
         } => cli::s3vm::bench(a, &cancel),
         Command::Bench {
+            command: BenchCommand::Sdp(a),
+        } => cli::sdp::bench(a),
+        Command::Bench {
             command: BenchCommand::Replay(a),
         } => cli::daemon::load_config(&a.config).and_then(|c| cli::bench::replay(a, c)),
         Command::Record(a) => {

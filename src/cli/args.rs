@@ -10,6 +10,7 @@ pub use crate::config::{AlgorithmName, KernelName, OobRuleName, ScaleName, Thres
 use crate::data::{Format, LabelledRows, ReadOptions};
 use crate::learn::metrics::F1Class;
 use crate::learn::s3vm::cut::CutS3vmParams;
+use crate::learn::s3vm::sdp::ipm::SdpParams;
 use crate::learn::spec::{
     AlgorithmSpec, CutS3vmSpec, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, Reg,
     SolverLimits, TfplSpec, ThresholdSettings, UsmoSpec,
@@ -273,6 +274,9 @@ pub enum BenchCommand {
     /// CutS3VM training time on the first N rows of a shuffled file at each --n: is it near
     /// linear in n?
     Cuts3vm(Box<BenchCuts3vmArgs>),
+    /// The exact S3VM's root SDP relaxation (20) on --rows rows of a shuffled file, solved by
+    /// neyman's own interior-point engine and by CSDP (Debian coinor-csdp) in the same run.
+    Sdp(Box<BenchSdpArgs>),
     /// The daemon's Kafka pipeline vs a raw consume → produce loop on the same broker, plus
     /// consume-only rate and end-to-end latency at a paced rate.
     Kafka(BenchKafkaArgs),
@@ -302,6 +306,50 @@ pub struct BenchCuts3vmArgs {
     pub repeats: usize,
     #[command(flatten)]
     pub model: ModelArgs,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
+}
+
+/// The kernels of the exact S3VM (model (8) takes any; these two are the paper's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExactKernelName {
+    Linear,
+    Rbf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchSdpArgs {
+    /// A fully labelled data file (labels 1 / -1).
+    #[arg(long)]
+    pub data: PathBuf,
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// The instance: the first N rows of the file shuffled with --seed.
+    #[arg(long)]
+    pub rows: usize,
+    #[command(flatten)]
+    pub labelled: LabelledArgs,
+    /// Seed of the shuffle and of the hidden labels.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// C_l: the penalty c_k of the labelled rows in model (8).
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
+    pub cl: f64,
+    /// δ: the unlabeled rows' penalty is C_u = (l/u)·δ·C_l.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
+    pub cu_factor: f64,
+    #[arg(long, value_enum, default_value = "linear")]
+    pub kernel: ExactKernelName,
+    /// RBF γ (default 1/n_features).
+    #[arg(allow_negative_numbers = true, long)]
+    pub gamma: Option<f64>,
+    /// The own engine stops at this relative primal and dual infeasibility and gap.
+    #[arg(allow_negative_numbers = true, long, default_value_t = SdpParams::DEFAULT_TOL)]
+    pub tol: f64,
+    /// The CSDP binary (Debian package coinor-csdp).
+    #[arg(long, default_value = "csdp")]
+    pub csdp: String,
     /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,

@@ -9,7 +9,9 @@
 //! [`bench`](mod@bench) and [`bench_kafka`] (`bench ...`), `eval` (the PU evaluation), `np_eval` (the
 //! Neyman–Pearson protocol) with `np_cells` (its plan and per-split cells), [`s3vm`] (the
 //! transductive trials of `eval --algo cuts3vm` and `bench cuts3vm`) and `baselines`
-//! (the linear-SVM baselines it compares against), [`plot`] (ROC plots), `plot_blocks` (the
+//! (the linear-SVM baselines it compares against), [`sdp`] (`bench sdp`: the exact S3VM's root
+//! SDP, the own engine against CSDP) with [`csdp`] (the CSDP binary driven through SDPA
+//! files), [`plot`] (ROC plots), `plot_blocks` (the
 //! per-block chart of `replay --plot`), [`prior`] (bounds on the positive share of a file's
 //! unlabeled rows), `progress` (counts and ETA of long commands on stderr) and [`log`] (the
 //! JSON log lines of `log.format = "json"`).
@@ -18,6 +20,7 @@ pub mod args;
 mod baselines;
 pub mod bench;
 pub mod bench_kafka;
+pub mod csdp;
 pub mod daemon;
 mod eval;
 pub mod kafka;
@@ -29,6 +32,7 @@ mod plot_blocks;
 pub mod prior;
 mod progress;
 pub mod s3vm;
+pub mod sdp;
 pub mod stream;
 
 use std::io::Write;

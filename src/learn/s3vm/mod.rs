@@ -3,6 +3,8 @@
 //! - [`cut`]: CutS3VM (seed 002), the cutting-plane linear S3VM, near-linear in the rows.
 //! - [`nystrom`]: the explicit Nyström feature map through which CutS3VM takes a non-linear
 //!   kernel, so no n×n matrix is ever formed.
+//! - [`sdp`]: the exact S3VM's (seed 004) SDP engine: an interior-point method for relaxation
+//!   (20) of model (8), its builder with RLT cuts, and the safe lower bound.
 //!
 //! The class ratio shared by every semi-supervised learner: π, the positive share of the
 //! **unlabeled** rows (the same π as USMO's and pu-umbrella's). Where none is given it is the
@@ -10,6 +12,7 @@
 
 pub mod cut;
 pub mod nystrom;
+pub mod sdp;
 
 use crate::data::Label;
 
