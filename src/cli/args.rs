@@ -232,6 +232,10 @@ pub struct StreamMakeArgs {
     /// The drift's strength (see --drift), > 0.
     #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
     pub drift_size: f64,
+    /// Keep the rows in file order instead of shuffling each cycle: for files whose rows are a
+    /// time series (data/noaa_weather.csv.gz), whose own drift is the point.
+    #[arg(long)]
+    pub keep_order: bool,
     /// Output: JSON Lines, gzip'd when the name ends in .gz; written atomically.
     #[arg(long)]
     pub out: PathBuf,
@@ -339,6 +343,7 @@ pub struct BenchSdpArgs {
     /// δ: the unlabeled rows' penalty is C_u = (l/u)·δ·C_l.
     #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
     pub cu_factor: f64,
+    /// The kernel of model (8): linear, or RBF with --gamma (default 1/d).
     #[arg(long, value_enum, default_value = "linear")]
     pub kernel: ExactKernelName,
     /// RBF γ (default 1/n_features).

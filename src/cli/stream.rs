@@ -44,6 +44,7 @@ pub fn make(args: &StreamMakeArgs) -> Result<(), CliError> {
             size: args.drift_size,
         }),
         feedback_delay_ms: args.feedback_delay_ms,
+        keep_order: args.keep_order,
     };
     let maker = StreamMaker::new(&data, &params).map_err(|e| make_error(&args.data, e))?;
     // Exact, except that delayed feedback copies (--feedback-delay-ms) add a few more.

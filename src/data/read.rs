@@ -947,6 +947,7 @@ mod tests {
             ("spambase.csv.gz", 4601, 57, 1813),
             ("shuttle_anomaly.csv.gz", 49097, 9, 3511),
             ("magic_gamma.csv.gz", 19020, 10, 12332),
+            ("noaa_weather.csv.gz", 18159, 8, 5698),
         ];
         for (name, n_rows, n_features, positives) in cases {
             let path = Path::new(env!("CARGO_MANIFEST_DIR"))

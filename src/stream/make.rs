@@ -6,7 +6,9 @@
 //! - exactly round(F·P) of the P positives, drawn at random, go to channel `positive`;
 //! - exactly round(G·N) of the N negatives go to channel `negative` (feedback);
 //! - every other row goes to `unlabeled`;
-//! - the rows are shuffled, so the channels interleave.
+//! - the rows are shuffled, so the channels interleave; with `keep_order` (`--keep-order`, for
+//!   files whose rows are a time series, such as `data/noaa_weather.csv.gz`) they stay in file
+//!   order, so the stream keeps the data's own drift.
 //!
 //! With `events` set, cycles repeat (each with fresh draws) until that many events were made;
 //! the last cycle may be cut short. An event's id is `<row id>-<cycle>` (cycle from 0), unique
@@ -81,6 +83,9 @@ pub struct MakeParams {
     /// later, as a pipeline's label arriving after the event. `None`: each event goes to one
     /// channel.
     pub feedback_delay_ms: Option<i64>,
+    /// Emit each cycle's rows in file order instead of shuffled (a time series keeps its own
+    /// drift); the channel draws still come from the seed.
+    pub keep_order: bool,
 }
 
 /// What changes at the drift point.
@@ -271,7 +276,9 @@ impl<'a> StreamMaker<'a> {
             }
         }
         let mut order: Vec<usize> = (0..self.data.len()).collect();
-        order.shuffle(&mut self.order_rng);
+        if !self.params.keep_order {
+            order.shuffle(&mut self.order_rng);
+        }
         self.cycle = order.into_iter().map(|r| (r, channel[r])).collect();
         self.at = 0;
     }
@@ -526,7 +533,41 @@ mod tests {
             start_ms: DEFAULT_START_MS,
             drift: None,
             feedback_delay_ms: None,
+            keep_order: false,
         }
+    }
+
+    /// `keep_order`: every cycle emits the rows in file order (ids 0, 1, 2, … with the cycle
+    /// suffix), with the same channel counts as a shuffled stream.
+    #[test]
+    fn keep_order_emits_rows_in_file_order() {
+        let data = data(10, 20);
+        let p = MakeParams {
+            events: Some(60),
+            keep_order: true,
+            ..params()
+        };
+        let records: Vec<Record> = StreamMaker::new(&data, &p).unwrap().collect();
+        assert_eq!(records.len(), 60);
+        for (k, r) in records.iter().enumerate() {
+            assert_eq!(
+                r.key.as_deref(),
+                Some(format!("{}-{}", k % 30, k / 30).as_str())
+            );
+        }
+        let shuffled: Vec<Record> = StreamMaker::new(
+            &data,
+            &MakeParams {
+                keep_order: false,
+                ..p
+            },
+        )
+        .unwrap()
+        .collect();
+        assert_eq!(
+            count(&records, Channel::Positive),
+            count(&shuffled, Channel::Positive)
+        );
     }
 
     /// The events of a stream with `drift` over `data`, parsed, with their features.
