@@ -890,9 +890,10 @@ impl Engine {
 
     /// A drift detected on the active model's scores: the certificate is marked stale (its
     /// calibration events no longer describe the stream) until the next swap or fresh
-    /// threshold, a retrain is asked for at once, and the fresh-threshold count restarts so
-    /// the next one waits for `recalibrate.every` negatives drawn after the change.
-    fn on_drift(&mut self, model: &StoredModel, detection: Detection) {
+    /// threshold, a retrain is asked for at once, and fresh thresholds calibrate only on
+    /// negatives from the detecting event's time `at` on (see
+    /// [`Engine::unlabeled_drift_detected`]).
+    fn on_drift(&mut self, model: &StoredModel, detection: Detection, at: i64) {
         tracing::warn!(
             version = model.meta.version,
             threshold_version = model.threshold_version,
@@ -900,11 +901,11 @@ impl Engine {
             p_value = detection.p_value,
             "drift detected on the unlabeled scores; the certificate is stale until the next model or fresh threshold"
         );
-        self.unlabeled_drift_detected("scores");
+        self.unlabeled_drift_detected("scores", at);
     }
 
     /// A shift of the unlabeled events' feature means: handled as a drift of the scores.
-    fn on_feature_drift(&mut self, model: &StoredModel, detection: FeatureDetection) {
+    fn on_feature_drift(&mut self, model: &StoredModel, detection: FeatureDetection, at: i64) {
         tracing::warn!(
             version = model.meta.version,
             threshold_version = model.threshold_version,
@@ -913,7 +914,7 @@ impl Engine {
             p_value = detection.p_value,
             "drift detected on the unlabeled feature means; the certificate is stale until the next model or fresh threshold"
         );
-        self.unlabeled_drift_detected("features");
+        self.unlabeled_drift_detected("features", at);
     }
 
     /// What every detection does: counted under `signal`, the certificate stale, a retrain at
@@ -928,10 +929,18 @@ impl Engine {
         self.forget_rank_choice();
     }
 
-    /// A `scores` or `features` detection (see [`Engine::on_drift`]): also the fresh-threshold
-    /// counts and both unlabeled detectors start again, so one change fires once.
-    fn unlabeled_drift_detected(&mut self, signal: &str) {
+    /// A `scores` or `features` detection at event time `at` (see [`Engine::on_drift`]): also
+    /// the fresh-threshold counts and both unlabeled detectors start again, so one change
+    /// fires once, and fresh thresholds take only negatives from `at` on. A threshold over the
+    /// newest `recalibrate.window` negatives keeps its pre-change level until nearly all of
+    /// them were drawn after the change (its k-th largest score is a pre-change one while k
+    /// of those remain): on a spambase stream shifted by one standard deviation that left a
+    /// model flagging 0 of 250 positives for 500 events (docs/certificates.md §6). Until
+    /// `umbrella_min_negatives` negatives have arrived since `at` the old threshold stays,
+    /// marked stale.
+    fn unlabeled_drift_detected(&mut self, signal: &str, at: i64) {
         self.drift_detected(signal);
+        self.calibration_since = Some(self.calibration_since.map_or(at, |since| since.max(at)));
         self.negatives_since_calibration = 0;
         self.positives_since_calibration = 0;
         if let Some(drift) = &mut self.drift {
@@ -1533,9 +1542,9 @@ impl Engine {
                 self.emit(out, origin)?;
                 self.publish_rates(&model);
                 if let Some(detection) = detection {
-                    self.on_drift(&model, detection);
+                    self.on_drift(&model, detection, event.ts);
                 } else if let Some(detection) = feature_detection {
-                    self.on_feature_drift(&model, detection);
+                    self.on_feature_drift(&model, detection, event.ts);
                 }
             }
             // The dimension is locked to the model's, so this is unreachable in practice;
