@@ -50,10 +50,10 @@ fn clarabel_qp24(c: &Mat<f64>, signs: &[f64], balance: Option<&Balance>) -> Opti
         b.push(bal.rho);
         row = 1;
     }
-    for k in 0..n {
+    for (k, s) in signs.iter().enumerate() {
         ar.push(row + k);
         ac.push(k);
-        av.push(-signs[k]);
+        av.push(-s);
         b.push(-1.0);
     }
     let m = b.len();
@@ -127,13 +127,9 @@ fn brute_force(root: &Relaxation, labels: &[Label]) -> f64 {
     let mut best = f64::INFINITY;
     let mut feasible = 0;
     for mask in 0u32..(1 << unlabeled.len()) {
-        let signs: Vec<f64> = labels
-            .iter()
-            .map(|l| f64::from(l.code()))
-            .collect::<Vec<_>>();
-        let mut signs = signs;
+        let mut signs: Vec<f64> = labels.iter().map(|l| f64::from(l.code())).collect();
         for (b, &j) in unlabeled.iter().enumerate() {
-            signs[j] = if mask >> b & 1 == 1 { 1.0 } else { -1.0 };
+            signs[j] = if (mask >> b) & 1 == 1 { 1.0 } else { -1.0 };
         }
         let reference = clarabel_qp24(&root.c, &signs, root.balance.as_ref());
         let own = qp24::solve(&root.c, &signs, root.balance.as_ref()).expect("qp24");
@@ -257,7 +253,7 @@ fn a_node_limit_of_one_returns_the_root_bounds() {
     .expect("params")
     .solve(
         &root,
-        &[cert.signs.clone()],
+        std::slice::from_ref(&cert.signs),
         &AtomicBool::new(true),
         &mut |_| {},
     )
@@ -347,9 +343,9 @@ fn the_local_search_never_worsens_and_keeps_fixed_signs() {
             .expect("heuristic")
             .expect("feasible");
         assert!(sol.objective <= start.objective);
-        for i in 0..labels.len() {
+        for (i, (o, s)) in out.iter().zip(&signs).enumerate() {
             if !movable.contains(&i) {
-                assert_eq!(out[i], signs[i], "point {i} is not movable");
+                assert_eq!(o, s, "point {i} is not movable");
             }
         }
         let check = clarabel_qp24(&root.c, &out, root.balance.as_ref()).expect("feasible");
@@ -385,8 +381,8 @@ fn the_supervised_baseline_is_the_labelled_l2_svm() {
         assert!((f[i] - (sol.x[a] - 0.5 / pen[i] * w)).abs() <= 1e-8 * (1.0 + sol.x[a].abs()));
         assert_eq!(signs[i], y_l[a]);
     }
-    for i in 0..labels.len() {
-        if labels[i] == Label::Unlabeled {
+    for (i, l) in labels.iter().enumerate() {
+        if *l == Label::Unlabeled {
             assert_eq!(signs[i], if f[i] < 0.0 { -1.0 } else { 1.0 });
         }
     }
@@ -575,4 +571,73 @@ fn certify_refuses_bad_input_with_exit_2() {
         "-1",
     ]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn certify_values_another_models_labelling_under_the_same_objective() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Rows from both ends of sonar (both classes), every third one labelled.
+    let text = std::fs::read_to_string(format!("{DATA}/sonar.csv")).expect("sonar");
+    let lines: Vec<&str> = text.lines().collect();
+    let label_at = lines[0]
+        .split(',')
+        .position(|h| h == "label")
+        .expect("label column");
+    let mut body = format!("{}\n", lines[0]);
+    for (r, line) in lines[1..13]
+        .iter()
+        .chain(&lines[lines.len() - 12..])
+        .enumerate()
+    {
+        let mut fields: Vec<&str> = line.split(',').collect();
+        if r % 3 != 0 {
+            fields[label_at] = "0";
+        }
+        body.push_str(&fields.join(","));
+        body.push('\n');
+    }
+    let file = dir.path().join("semi.csv");
+    std::fs::write(&file, body).expect("write");
+    let file = file.display().to_string();
+    let model = dir.path().join("cuts3vm.model").display().to_string();
+    let out = neyman(&[
+        "train", "--algo", "cuts3vm", "--data", &file, "--out", &model, "--cl", "1", "--cu", "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = neyman(&[
+        "certify",
+        "--data",
+        &file,
+        "--cl",
+        "1",
+        "--compare-model",
+        &model,
+        "--report",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(r["status"], "optimal");
+    assert_eq!(r["labels"].as_array().unwrap().len(), 16);
+    // No true labels for the 0 rows: no accuracy.
+    assert!(r.get("accuracy").is_none());
+    let lb = r["lower_bound"].as_f64().unwrap();
+    match r["compare_feasible"].as_bool() {
+        Some(true) => {
+            let other = r["compare_objective"].as_f64().unwrap();
+            assert!(other >= lb * (1.0 - 1e-9), "{other} below the bound {lb}");
+            let gap = r["compare_gap"].as_f64().unwrap();
+            assert!((gap - (other - lb).max(0.0) / other).abs() <= 1e-12);
+        }
+        Some(false) => assert!(r.get("compare_objective").is_none()),
+        None => panic!("no compare_feasible in {r}"),
+    }
 }

@@ -90,7 +90,12 @@ pub fn certify(args: &CertifyArgs) -> Result<(), CliError> {
     install_interrupt_handler();
     let started = Instant::now();
     let mut log = SearchLog::new(Duration::from_secs_f64(args.log_every));
-    let certificate = params.solve(&root, &[start.clone()], &INTERRUPTED, &mut |p| log.show(p))?;
+    let certificate = params.solve(
+        &root,
+        std::slice::from_ref(&start),
+        &INTERRUPTED,
+        &mut |p| log.show(p),
+    )?;
     drop(log);
     let seconds = started.elapsed().as_secs_f64();
 

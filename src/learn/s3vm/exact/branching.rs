@@ -1,6 +1,6 @@
 //! The branching rule of note B.4.8 (the paper's rule, note G-B4): among the undecided
-//! points, the candidate set B holds those whose row X_ii ≥ 1 is active (multiplier
-//! > [`ACTIVE_DUAL`]) and whose coordinate in QP (24)'s solution x̄ for sign(x̂) is ±1 (within
+//! points, the candidate set B holds those whose row X_ii ≥ 1 is active (a multiplier above
+//! [`ACTIVE_DUAL`]) and whose coordinate in QP (24)'s solution x̄ for sign(x̂) is ±1 (within
 //! [`ON_MARGIN`]); B is ranked by the approximation errors of X̂ against x̂x̂ᵀ
 //!
 //! ```text
@@ -49,13 +49,12 @@ pub fn choose(view: &NodeView<'_>, undecided: &[usize]) -> usize {
     if candidates.is_empty() {
         return most_fractional(view.x_hat, undecided);
     }
-    let n = view.x_hat.len();
-    let measures: Vec<[f64; 5]> = candidates
+    let rows: Vec<[f64; 5]> = candidates
         .iter()
         .map(|&i| {
             let (mut s1, mut s2, mut e3, mut e4) = (0.0, 0.0, 0.0, 0.0);
-            for j in 0..n {
-                let d = view.x_hat[i] * view.x_hat[j] - view.y[(i, j)];
+            for (j, &xj) in view.x_hat.iter().enumerate() {
+                let d = view.x_hat[i] * xj - view.y[(i, j)];
                 let cd = view.c[(i, j)] * d;
                 s1 += cd;
                 s2 += d;
@@ -66,15 +65,19 @@ pub fn choose(view: &NodeView<'_>, undecided: &[usize]) -> usize {
             [s1.abs(), s2.abs(), e3, e4, beta]
         })
         .collect();
+    // One column per measure: e1–e4, β.
+    let columns: Vec<Vec<f64>> = (0..5)
+        .map(|m| rows.iter().map(|row| row[m]).collect())
+        .collect();
     let mut rank_sum = vec![0usize; candidates.len()];
-    for m in 0..5 {
+    for column in &columns {
         let mut order: Vec<usize> = (0..candidates.len()).collect();
         // Decreasing; equal values share the better rank, so an uninformative measure (β with
         // unbounded boxes) adds nothing.
-        order.sort_by(|&a, &b| measures[b][m].total_cmp(&measures[a][m]).then(a.cmp(&b)));
+        order.sort_by(|&a, &b| column[b].total_cmp(&column[a]).then(a.cmp(&b)));
         let mut rank = 0;
         for (pos, &c) in order.iter().enumerate() {
-            if pos > 0 && measures[c][m] != measures[order[pos - 1]][m] {
+            if pos > 0 && column[c] != column[order[pos - 1]] {
                 rank = pos;
             }
             rank_sum[c] += rank;

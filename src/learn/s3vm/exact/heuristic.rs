@@ -102,8 +102,8 @@ fn sweep(c: &Mat<f64>, x: &mut [f64], movable: &[usize], objective: f64) -> bool
                 x[i] = k - t;
                 x[j] = t;
                 let (ci, cj) = (c.col_as_slice(i), c.col_as_slice(j));
-                for m in 0..n {
-                    g[m] += ci[m] * di + cj[m] * dj;
+                for ((gm, a), b) in g.iter_mut().zip(ci).zip(cj) {
+                    *gm += a * di + b * dj;
                 }
                 improved = true;
             }

@@ -87,7 +87,7 @@ impl CertifyParams {
             )));
         }
         if let Some(t) = self.time_limit {
-            if !(t >= 0.0) {
+            if t.is_nan() || t < 0.0 {
                 return Err(ExactError::Param(format!(
                     "the time limit must be ≥ 0 seconds, got {t}"
                 )));

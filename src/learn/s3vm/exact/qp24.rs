@@ -30,17 +30,13 @@ pub struct Qp24Solution {
 
 /// xᵀCx.
 pub fn quadratic(c: &Mat<f64>, x: &[f64]) -> f64 {
-    let n = x.len();
-    let mut sum = 0.0;
-    for j in 0..n {
-        let col = c.col_as_slice(j);
-        let mut s = 0.0;
-        for i in 0..n {
-            s += col[i] * x[i];
-        }
-        sum += s * x[j];
-    }
-    sum
+    x.iter()
+        .enumerate()
+        .map(|(j, xj)| {
+            let s: f64 = c.col_as_slice(j).iter().zip(x).map(|(a, b)| a * b).sum();
+            s * xj
+        })
+        .sum()
 }
 
 /// QP (24) for the labelling `signs` (±1 per point), with the balance row when given.
