@@ -9,7 +9,9 @@
 //!   features) and its projection onto Γ_k ([`learn::projection`]), the cost-sensitive linear
 //!   SVM baseline ([`learn::linsvm`]), the semi-supervised SVMs ([`learn::s3vm`]: CutS3VM and
 //!   the Nyström map it takes kernels through; the exact S3VM's own SDP interior-point engine,
-//!   relaxation (20) and its safe lower bound), the online logistic-regression baseline of `replay
+//!   relaxation (20) and its safe lower bound, and the branch-and-bound on it with QP (24),
+//!   the 2-opt heuristic and the branching rule, [`learn::s3vm::exact`]), the online
+//!   logistic-regression baseline of `replay
 //!   --baseline` ([`learn::online`]), false-positive thresholds on score arrays
 //!   ([`learn::threshold`]), which rows train and which calibrate ([`learn::calibrate`]),
 //!   hyper-parameter choice by cross-validation ([`learn::tune`]), τ-FPL's ranking depth

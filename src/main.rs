@@ -105,6 +105,7 @@ fn main() -> ExitCode {
         Command::Record(a) => {
             cli::daemon::load_config(&a.config).and_then(|c| cli::kafka::record(a, c))
         }
+        Command::Certify(a) => cli::certify::certify(a),
         Command::Completions { shell } => cli::completions(*shell),
         Command::Man => cli::man_page(),
     };

@@ -10,6 +10,7 @@ pub use crate::config::{AlgorithmName, KernelName, OobRuleName, ScaleName, Thres
 use crate::data::{Format, LabelledRows, ReadOptions};
 use crate::learn::metrics::F1Class;
 use crate::learn::s3vm::cut::CutS3vmParams;
+use crate::learn::s3vm::exact::CertifyParams;
 use crate::learn::s3vm::sdp::ipm::SdpParams;
 use crate::learn::spec::{
     AlgorithmSpec, CutS3vmSpec, KernelSpec, LearnerSpec, PriorAuto, PriorEnd, RankTau, Reg,
@@ -68,6 +69,9 @@ pub enum Command {
         #[command(subcommand)]
         command: StreamCommand,
     },
+    /// The exact S3VM (model (8) with balance (11)) by SDP branch-and-bound: the best
+    /// labelling of the unlabeled rows and a safe lower bound on its optimum.
+    Certify(Box<CertifyArgs>),
     /// Print a shell completion script on stdout (e.g. `neyman completions bash >
     /// /etc/bash_completion.d/neyman`).
     Completions {
@@ -355,6 +359,60 @@ pub struct BenchSdpArgs {
     /// The CSDP binary (Debian package coinor-csdp).
     #[arg(long, default_value = "csdp")]
     pub csdp: String,
+    /// `json`: the result as one JSON object on stdout instead of the text summary.
+    #[arg(long, value_enum)]
+    pub report: Option<ReportFormat>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertifyArgs {
+    /// The data file: labels 1 / -1 / 0 as they are, or fully labelled with
+    /// --labeled-fraction / --labeled-count.
+    #[arg(long)]
+    pub data: PathBuf,
+    #[command(flatten)]
+    pub read: ReadArgs,
+    #[command(flatten)]
+    pub labelled: LabelledArgs,
+    /// Seed of the hidden labels.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// C_l: the penalty c_k of the labelled rows in model (8).
+    #[arg(allow_negative_numbers = true, long)]
+    pub cl: f64,
+    /// δ: the unlabeled rows' penalty is C_u = (l/u)·δ·C_l.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
+    pub cu_factor: f64,
+    #[arg(long, value_enum, default_value = "linear")]
+    pub kernel: ExactKernelName,
+    /// RBF γ (default 1/n_features).
+    #[arg(allow_negative_numbers = true, long)]
+    pub gamma: Option<f64>,
+    /// Drop the balance constraint (11).
+    #[arg(long)]
+    pub no_balance: bool,
+    /// Stop when (objective − lower bound)/objective < this; 0: only exact closure.
+    #[arg(allow_negative_numbers = true, long, default_value_t = CertifyParams::DEFAULT_GAP)]
+    pub gap: f64,
+    /// Seconds after which the search stops with the best labelling and bound so far.
+    #[arg(allow_negative_numbers = true, long)]
+    pub time_limit: Option<f64>,
+    /// Nodes (root counted) after which the search stops.
+    #[arg(long)]
+    pub node_limit: Option<usize>,
+    /// Refuse files with more rows (the SDP is n×n: memory n², time about n³ per node).
+    #[arg(long, default_value_t = 600)]
+    pub max_rows: usize,
+    /// Accepted for the interface; nodes are evaluated on one thread (docs/exact-s3vm.md).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// A neyman model file whose labelling of the unlabeled rows is valued under the same
+    /// objective (compare_objective, compare_gap).
+    #[arg(long)]
+    pub compare_model: Option<PathBuf>,
+    /// Seconds between the search's log lines on stderr.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 5.0)]
+    pub log_every: f64,
     /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,

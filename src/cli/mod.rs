@@ -11,7 +11,7 @@
 //! transductive trials of `eval --algo cuts3vm` and `bench cuts3vm`) and `baselines`
 //! (the linear-SVM baselines it compares against), [`sdp`] (`bench sdp`: the exact S3VM's root
 //! SDP, the own engine against CSDP) with [`csdp`] (the CSDP binary driven through SDPA
-//! files), [`plot`] (ROC plots), `plot_blocks` (the
+//! files), [`certify`] (`certify`: the exact S3VM's branch-and-bound), [`plot`] (ROC plots), `plot_blocks` (the
 //! per-block chart of `replay --plot`), [`prior`] (bounds on the positive share of a file's
 //! unlabeled rows), `progress` (counts and ETA of long commands on stderr) and [`log`] (the
 //! JSON log lines of `log.format = "json"`).
@@ -20,6 +20,7 @@ pub mod args;
 mod baselines;
 pub mod bench;
 pub mod bench_kafka;
+pub mod certify;
 pub mod csdp;
 pub mod daemon;
 mod eval;

@@ -17,7 +17,9 @@ use serde_json::{json, Value};
 use super::args::{BenchSdpArgs, ExactKernelName, ReportFormat};
 use super::csdp::{self, CsdpError};
 use super::CliError;
-use crate::data::{read, Label, ScaleKind, Scaler};
+use faer::Mat;
+
+use crate::data::{read, Dataset, Label, Rows, ScaleKind, Scaler};
 use crate::learn::kernel::Kernel;
 use crate::learn::s3vm::sdp::ipm::SdpParams;
 use crate::learn::s3vm::sdp::relax::{gram, objective_matrix, Relaxation};
@@ -60,11 +62,6 @@ pub fn bench(args: &BenchSdpArgs) -> Result<(), CliError> {
                 .into(),
         );
     };
-    for (flag, value) in [("--cl", args.cl), ("--cu-factor", args.cu_factor)] {
-        if !(value.is_finite() && value > 0.0) {
-            return usage(format!("{flag} must be finite and > 0, got {value}"));
-        }
-    }
     let params = SdpParams {
         tol: args.tol,
         ..SdpParams::default()
@@ -85,30 +82,15 @@ pub fn bench(args: &BenchSdpArgs) -> Result<(), CliError> {
     order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(args.seed));
     let mut instance = data.select(&order[..args.rows]);
     let truth = instance.hide_labels(rule, args.seed)?;
-    let labelled = instance.len() - instance.count(Label::Unlabeled);
-    let unlabeled = instance.len() - labelled;
-    if unlabeled == 0 {
-        return usage("every row kept its label: nothing is unlabeled".into());
-    }
-    let rows = Scaler::fit(ScaleKind::Standard, &instance.rows).transform(&instance.rows);
-    let d = rows.n_features();
-    let kernel = match args.kernel {
-        ExactKernelName::Linear => Kernel::Linear,
-        ExactKernelName::Rbf => Kernel::Rbf {
-            gamma: args.gamma.unwrap_or(1.0 / d.max(1) as f64),
-        },
-    };
-    kernel
-        .check()
-        .map_err(|e| CliError::Usage(format!("--gamma: {e}")))?;
-    let cu = labelled as f64 / unlabeled as f64 * args.cu_factor * args.cl;
-    let penalties: Vec<f64> = instance
-        .labels
-        .iter()
-        .map(|&l| if l == Label::Unlabeled { cu } else { args.cl })
-        .collect();
-    let c = objective_matrix(&gram(&kernel, &rows), &penalties)?;
-    let relaxation = Relaxation::for_labels(c, &instance.labels, true)?;
+    let model = exact_instance(&instance, args.kernel, args.gamma, args.cl, args.cu_factor)?;
+    let (labelled, unlabeled, d, kernel, cu) = (
+        model.labelled,
+        model.unlabeled,
+        model.rows.n_features(),
+        model.kernel,
+        model.cu,
+    );
+    let relaxation = Relaxation::for_labels(model.c, &instance.labels, true)?;
     let relaxed = relaxation.build()?;
     let problem = &relaxed.problem;
 
@@ -174,6 +156,82 @@ pub fn bench(args: &BenchSdpArgs) -> Result<(), CliError> {
         None => print_text(&report),
     }
     Ok(())
+}
+
+/// Model (8) of an instance whose hidden labels are already 0: its standardised rows, kernel,
+/// Gram matrix, penalties and C. Shared by `bench sdp` and `certify`.
+pub(super) struct ExactInstance {
+    /// The rows standardised over the instance (mean 0, population standard deviation 1).
+    pub rows: Rows,
+    pub kernel: Kernel,
+    pub gram: Mat<f64>,
+    /// c_k: C_l on labelled rows, C_u on unlabeled ones.
+    pub penalties: Vec<f64>,
+    /// C = ½(K + D)⁻¹.
+    pub c: Mat<f64>,
+    pub labelled: usize,
+    pub unlabeled: usize,
+    /// C_u = (l/u)·δ·C_l.
+    pub cu: f64,
+}
+
+/// Builds [`ExactInstance`]: features standardised over all of `instance`'s rows, the kernel
+/// (RBF γ default 1/d), c_k = C_l on labelled rows and C_u = (l/u)·δ·C_l on unlabeled ones,
+/// C = ½(K + D)⁻¹. Flag mistakes and an instance without labelled or unlabeled rows are
+/// usage errors.
+pub(super) fn exact_instance(
+    instance: &Dataset,
+    kernel: ExactKernelName,
+    gamma: Option<f64>,
+    cl: f64,
+    cu_factor: f64,
+) -> Result<ExactInstance, CliError> {
+    for (flag, value) in [("--cl", cl), ("--cu-factor", cu_factor)] {
+        if !(value.is_finite() && value > 0.0) {
+            return Err(CliError::Usage(format!(
+                "{flag} must be finite and > 0, got {value}"
+            )));
+        }
+    }
+    let labelled = instance.len() - instance.count(Label::Unlabeled);
+    let unlabeled = instance.len() - labelled;
+    if unlabeled == 0 {
+        return Err(CliError::Usage(
+            "every row kept its label: nothing is unlabeled".into(),
+        ));
+    }
+    if labelled == 0 {
+        return Err(CliError::Usage("no row is labelled".into()));
+    }
+    let rows = Scaler::fit(ScaleKind::Standard, &instance.rows).transform(&instance.rows);
+    let d = rows.n_features();
+    let kernel = match kernel {
+        ExactKernelName::Linear => Kernel::Linear,
+        ExactKernelName::Rbf => Kernel::Rbf {
+            gamma: gamma.unwrap_or(1.0 / d.max(1) as f64),
+        },
+    };
+    kernel
+        .check()
+        .map_err(|e| CliError::Usage(format!("--gamma: {e}")))?;
+    let cu = labelled as f64 / unlabeled as f64 * cu_factor * cl;
+    let penalties: Vec<f64> = instance
+        .labels
+        .iter()
+        .map(|&l| if l == Label::Unlabeled { cu } else { cl })
+        .collect();
+    let k = gram(&kernel, &rows);
+    let c = objective_matrix(&k, &penalties)?;
+    Ok(ExactInstance {
+        rows,
+        kernel,
+        gram: k,
+        penalties,
+        c,
+        labelled,
+        unlabeled,
+        cu,
+    })
 }
 
 /// |a − b| / max(|a|, |b|), 0 when both are 0.

@@ -5,12 +5,15 @@
 //!   kernel, so no n×n matrix is ever formed.
 //! - [`sdp`]: the exact S3VM's (seed 004) SDP engine: an interior-point method for relaxation
 //!   (20) of model (8), its builder with RLT cuts, and the safe lower bound.
+//! - [`exact`]: the exact S3VM's branch-and-bound on that engine (`neyman certify`): QP (24)
+//!   per labelling, the 2-opt heuristic and the branching rule.
 //!
 //! The class ratio shared by every semi-supervised learner: π, the positive share of the
 //! **unlabeled** rows (the same π as USMO's and pu-umbrella's). Where none is given it is the
 //! labelled positive share clamped to [0.05, 0.95] ([`labelled_prior`]).
 
 pub mod cut;
+pub mod exact;
 pub mod nystrom;
 pub mod sdp;
 
