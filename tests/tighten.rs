@@ -1,8 +1,16 @@
 //! Bound tightening and cut management for the exact S3VM (`learn::s3vm::sdp::tighten`):
 //! RLT violations against the rows relax.rs builds, separation caps, order and duplicates, a
 //! rank-one Y of a point in the box violating nothing, cuts raising the bound of a real node;
-//! the projection of Remark 2 and the infeasibility tests against brute force.
+//! the projection of Remark 2 and the infeasibility tests against brute force; marginals-based
+//! tightening and OBBT checked by enumerating every labelling of small instances (u = 10, QP
+//! (24) per labelling by clarabel): none at or below the incumbent leaves the boxes; OBBT's
+//! certified bounds against clarabel's SOCP.
 
+use clarabel::algebra::CscMatrix;
+use clarabel::solver::{
+    DefaultSettings, DefaultSolver, IPSolver, SolverStatus,
+    SupportedConeT::{NonnegativeConeT, SecondOrderConeT, ZeroConeT},
+};
 use faer::Mat;
 use proptest::prelude::*;
 use rand::seq::SliceRandom;
@@ -16,7 +24,8 @@ use neyman::learn::s3vm::sdp::relax::{
     gram, objective_matrix, Balance, Relaxation, RltCut, RltKind,
 };
 use neyman::learn::s3vm::sdp::tighten::{
-    cut_duals, project_boxes, rlt_violation, Infeasibility, TightenParams, TightenValidParams,
+    cut_duals, project_boxes, rlt_violation, Direction, Infeasibility, Obbt, TightenParams,
+    TightenValidParams,
 };
 use neyman::learn::s3vm::sdp::SdpProblem;
 
@@ -416,5 +425,486 @@ proptest! {
         } else {
             prop_assert_eq!(got.is_ok(), balance_brute_force(&lower, &upper, rho), "{:?}", got);
         }
+    }
+}
+
+fn clarabel_settings() -> DefaultSettings<f64> {
+    DefaultSettings {
+        verbose: false,
+        max_iter: 500,
+        tol_gap_abs: 1e-10,
+        tol_gap_rel: 1e-10,
+        tol_feas: 1e-10,
+        ..DefaultSettings::default()
+    }
+}
+
+/// The upper triangle of 2C in CSC form: clarabel minimises ½xᵀPx + qᵀx.
+fn twice_upper(c: &Mat<f64>) -> CscMatrix<f64> {
+    let n = c.nrows();
+    let (mut colptr, mut rowval, mut nzval) = (vec![0], Vec::new(), Vec::new());
+    for j in 0..n {
+        for i in 0..=j {
+            rowval.push(i);
+            nzval.push(c[(i, j)] + c[(j, i)]);
+        }
+        colptr.push(rowval.len());
+    }
+    CscMatrix::new(n, n, colptr, rowval, nzval)
+}
+
+/// QP (24) of a full labelling (note B.4.7): min xᵀCx s.t. ŷ_k x_k ≥ 1, Σ_j x_j = ρ, by
+/// clarabel. `None` when the labelling cannot meet the balance row.
+fn qp24(relaxation: &Relaxation, signs: &[f64]) -> Option<(Vec<f64>, f64)> {
+    let c = &relaxation.c;
+    let n = c.nrows();
+    let p = twice_upper(c);
+    let balance = relaxation.balance.as_ref();
+    let offset = usize::from(balance.is_some());
+    let mut in_balance = vec![false; n];
+    if let Some(b) = balance {
+        for &j in &b.unlabeled {
+            in_balance[j] = true;
+        }
+    }
+    // Row 0: the balance (zero cone); rows offset + k: −ŷ_k x_k ≤ −1. Column-major.
+    let (mut colptr, mut rowval, mut nzval) = (vec![0], Vec::new(), Vec::new());
+    for k in 0..n {
+        if in_balance[k] {
+            rowval.push(0);
+            nzval.push(1.0);
+        }
+        rowval.push(offset + k);
+        nzval.push(-signs[k]);
+        colptr.push(rowval.len());
+    }
+    let a = CscMatrix::new(offset + n, n, colptr, rowval, nzval);
+    let mut rhs = vec![-1.0; offset + n];
+    let mut cones = Vec::new();
+    if let Some(b) = balance {
+        rhs[0] = b.rho;
+        cones.push(ZeroConeT(1));
+    }
+    cones.push(NonnegativeConeT(n));
+    let mut solver = DefaultSolver::new(&p, &vec![0.0; n], &a, &rhs, &cones, clarabel_settings())
+        .expect("valid QP");
+    solver.solve();
+    match solver.solution.status {
+        SolverStatus::Solved => {}
+        SolverStatus::PrimalInfeasible | SolverStatus::AlmostPrimalInfeasible => return None,
+        other => panic!("QP (24): {other:?}"),
+    }
+    let x = solver.solution.x.clone();
+    let objective = quadratic(c, &x);
+    Some((x, objective))
+}
+
+fn quadratic(c: &Mat<f64>, x: &[f64]) -> f64 {
+    let n = x.len();
+    (0..n)
+        .map(|i| (0..n).map(|j| x[i] * c[(i, j)] * x[j]).sum::<f64>())
+        .sum()
+}
+
+/// Every labelling of the node's undecided points that meets the balance row: its QP (24)
+/// solution and objective. Labels already fixed by the boxes (L ≥ 1 or U ≤ −1) stay.
+fn labellings(relaxation: &Relaxation) -> Vec<(Vec<f64>, f64)> {
+    let n = relaxation.lower.len();
+    let free: Vec<usize> = (0..n)
+        .filter(|&k| relaxation.lower[k] < 1.0 && relaxation.upper[k] > -1.0)
+        .collect();
+    assert!(free.len() <= 10, "{} undecided points", free.len());
+    let mut out = Vec::new();
+    for mask in 0u32..1 << free.len() {
+        let mut signs: Vec<f64> = (0..n)
+            .map(|k| {
+                if relaxation.lower[k] >= 1.0 {
+                    1.0
+                } else {
+                    -1.0
+                }
+            })
+            .collect();
+        for (b, &k) in free.iter().enumerate() {
+            signs[k] = if mask >> b & 1 == 1 { 1.0 } else { -1.0 };
+        }
+        if let Some(found) = qp24(relaxation, &signs) {
+            out.push(found);
+        }
+    }
+    out
+}
+
+/// Every labelling with objective ≤ `upper` has its QP (24) point inside the node's boxes
+/// and x_i² ≤ ū_i (1e-7 for clarabel's accuracy). Returns how many were checked.
+fn assert_kept(relaxation: &Relaxation, all: &[(Vec<f64>, f64)], upper: f64, what: &str) -> usize {
+    let mut kept = 0;
+    for (x, objective) in all {
+        if *objective > upper * (1.0 + 1e-12) {
+            continue;
+        }
+        kept += 1;
+        for k in 0..x.len() {
+            assert!(
+                x[k] >= relaxation.lower[k] - 1e-7 && x[k] <= relaxation.upper[k] + 1e-7,
+                "{what}: a labelling with objective {objective} ≤ {upper} has x_{k} = {} outside [{}, {}]",
+                x[k],
+                relaxation.lower[k],
+                relaxation.upper[k]
+            );
+            assert!(
+                x[k] * x[k] <= relaxation.diag_upper[k] + 1e-7,
+                "{what}: x_{k}² = {} above ū = {}",
+                x[k] * x[k],
+                relaxation.diag_upper[k]
+            );
+        }
+    }
+    kept
+}
+
+/// Small instances (u = 10) for the enumeration checks: data, kernel, C_l, seed.
+fn enumerable() -> Vec<(Relaxation, &'static str)> {
+    vec![
+        (
+            data_instance("sonar.csv", 14, 4, Kernel::Linear, 1.0, 5).0,
+            "sonar linear",
+        ),
+        (
+            data_instance(
+                "heart_statlog.csv",
+                14,
+                4,
+                Kernel::Rbf { gamma: 0.1 },
+                3.0,
+                2,
+            )
+            .0,
+            "heart rbf",
+        ),
+        (
+            data_instance("ionosphere.csv", 14, 4, Kernel::Rbf { gamma: 0.05 }, 1.0, 9).0,
+            "ionosphere rbf",
+        ),
+    ]
+}
+
+#[test]
+fn marginals_keep_every_labelling_at_or_below_the_incumbent() {
+    for (root, what) in enumerable() {
+        let all = labellings(&root);
+        let optimum = all.iter().map(|l| l.1).fold(f64::INFINITY, f64::min);
+        assert!(optimum.is_finite(), "{what}: no labelling");
+        for factor in [1.0, 1.02, 1.2] {
+            let upper = optimum * factor;
+            let mut node = root.clone();
+            let relaxed = node.build().expect("build");
+            let solution = solve(&relaxed.problem);
+            let outcome = params()
+                .tighten_marginals(
+                    &mut node,
+                    &relaxed,
+                    &solution.primal,
+                    &solution.duals,
+                    upper,
+                )
+                .expect("tighten");
+            assert_eq!(outcome.infeasible, None, "{what} ×{factor}");
+            assert!(
+                outcome.lower_bound <= optimum,
+                "{what}: LB {} > {optimum}",
+                outcome.lower_bound
+            );
+            if factor == 1.0 {
+                assert!(outcome.changed > 0, "{what}: nothing tightened");
+            }
+            let kept = assert_kept(&node, &all, upper, &format!("{what} ×{factor}"));
+            assert!(kept >= 1);
+        }
+    }
+}
+
+/// min sign·x_k over the set of (18) — xᵀCx ≤ UB as ‖Lᵀx‖ ≤ √UB (C = LLᵀ), the balance row,
+/// the boxes without k's own — by clarabel's SOCP; returned in x_k's units (the min for +1,
+/// the max for −1).
+fn clarabel_obbt(relaxation: &Relaxation, upper: f64, k: usize, sign: f64) -> f64 {
+    let c = &relaxation.c;
+    let n = c.nrows();
+    let factor = c.llt(faer::Side::Lower).expect("C ≻ 0");
+    let l = factor.L();
+    // Triplets (row, column, value) of A, rows: balance, box rows, then the cone.
+    let mut triplets = Vec::new();
+    let mut rhs = Vec::new();
+    let mut cones = Vec::new();
+    if let Some(b) = &relaxation.balance {
+        for &j in &b.unlabeled {
+            triplets.push((0, j, 1.0));
+        }
+        rhs.push(b.rho);
+        cones.push(ZeroConeT(1));
+    }
+    let mut boxes = 0;
+    for i in (0..n).filter(|&i| i != k) {
+        if relaxation.lower[i].is_finite() {
+            triplets.push((rhs.len(), i, -1.0));
+            rhs.push(-relaxation.lower[i]);
+            boxes += 1;
+        }
+        if relaxation.upper[i].is_finite() {
+            triplets.push((rhs.len(), i, 1.0));
+            rhs.push(relaxation.upper[i]);
+            boxes += 1;
+        }
+    }
+    if boxes > 0 {
+        cones.push(NonnegativeConeT(boxes));
+    }
+    let top = rhs.len();
+    rhs.push(upper.sqrt());
+    for r in 0..n {
+        for i in r..n {
+            triplets.push((top + 1 + r, i, -l[(i, r)]));
+        }
+        rhs.push(0.0);
+    }
+    cones.push(SecondOrderConeT(n + 1));
+    triplets.sort_by_key(|t| (t.1, t.0));
+    let (mut colptr, mut rowval, mut nzval) = (vec![0], Vec::new(), Vec::new());
+    let mut next = 0;
+    for j in 0..n {
+        while next < triplets.len() && triplets[next].1 == j {
+            rowval.push(triplets[next].0);
+            nzval.push(triplets[next].2);
+            next += 1;
+        }
+        colptr.push(rowval.len());
+    }
+    let a = CscMatrix::new(rhs.len(), n, colptr, rowval, nzval);
+    let p = CscMatrix::new(n, n, vec![0; n + 1], Vec::new(), Vec::new());
+    let mut q = vec![0.0; n];
+    q[k] = sign;
+    let mut solver =
+        DefaultSolver::new(&p, &q, &a, &rhs, &cones, clarabel_settings()).expect("valid SOCP");
+    solver.solve();
+    assert_eq!(solver.solution.status, SolverStatus::Solved);
+    sign * solver.solution.obj_val
+}
+
+#[test]
+fn obbt_bounds_are_tight_certified_and_keep_every_labelling() {
+    for (root, what) in enumerable() {
+        let all = labellings(&root);
+        let optimum = all.iter().map(|l| l.1).fold(f64::INFINITY, f64::min);
+        for factor in [1.0, 1.1] {
+            let upper = optimum * factor;
+            // Against clarabel's SOCP, on the root's boxes.
+            let obbt = Obbt::new(&root, upper).expect("obbt");
+            for k in (0..root.lower.len()).step_by(3) {
+                for (direction, sign) in [(Direction::Lower, 1.0), (Direction::Upper, -1.0)] {
+                    let got = obbt.bound(k, direction).expect("bound");
+                    let want = clarabel_obbt(&root, upper, k, sign);
+                    let tol = 1e-6 * (1.0 + want.abs());
+                    assert!(
+                        (got.bound - want).abs() <= tol,
+                        "{what} ×{factor}, x_{k} {direction:?}: {} vs clarabel {want}",
+                        got.bound
+                    );
+                    assert!(got.iterations < 60, "{what}: {got:?}");
+                }
+            }
+            let mut node = root.clone();
+            let round = params().obbt(&mut node, upper).expect("round");
+            assert_eq!(round.infeasible, None, "{what} ×{factor}");
+            assert!(round.worst_certificate_gap <= 1e-6, "{what}: {round:?}");
+            assert!(
+                node.lower
+                    .iter()
+                    .chain(&node.upper)
+                    .chain(&node.diag_upper)
+                    .all(|b| b.is_finite()),
+                "{what}: a bound is still infinite"
+            );
+            let kept = assert_kept(&node, &all, upper, &format!("{what} OBBT ×{factor}"));
+            assert!(kept >= 1);
+        }
+    }
+}
+
+/// Root OBBT, then the node loop's steps (solve, marginals, cuts) and a branch on each side
+/// of an undecided point with OBBT and marginals again: no labelling at or below the optimum
+/// of the node is lost at any step, and the bound rises.
+#[test]
+fn the_node_loop_keeps_every_labelling() {
+    for (root, what) in enumerable() {
+        let all = labellings(&root);
+        let upper = all.iter().map(|l| l.1).fold(f64::INFINITY, f64::min);
+        let mut node = root.clone();
+        let bound_before = solve(&node.build().expect("build").problem).primal_objective;
+        let round = params().obbt(&mut node, upper).expect("obbt");
+        assert_eq!(round.infeasible, None);
+        let mut bounds = vec![bound_before];
+        for step in 0..3 {
+            let relaxed = node.build().expect("build");
+            let solution = solve(&relaxed.problem);
+            bounds.push(solution.primal_objective);
+            let outcome = params()
+                .tighten_marginals(
+                    &mut node,
+                    &relaxed,
+                    &solution.primal,
+                    &solution.duals,
+                    upper,
+                )
+                .expect("marginals");
+            assert_eq!(outcome.infeasible, None, "{what} step {step}");
+            assert_kept(&node, &all, upper, &format!("{what} step {step}"));
+            let duals = cut_duals(&relaxed, &solution.duals).expect("duals");
+            let cuts = params()
+                .separate_cuts(&node, &solution.primal, &duals)
+                .expect("cuts");
+            node.cuts = cuts.apply(&node.cuts);
+        }
+        assert!(
+            bounds.last() > bounds.first(),
+            "{what}: the bound did not rise: {bounds:?}"
+        );
+        let undecided = (0..node.lower.len())
+            .find(|&k| node.lower[k] < 1.0 && node.upper[k] > -1.0)
+            .expect("an undecided point");
+        for positive in [true, false] {
+            let mut child = node.clone();
+            if positive {
+                child.lower[undecided] = 1.0;
+            } else {
+                child.upper[undecided] = -1.0;
+            }
+            if project_boxes(&mut child).is_err() {
+                continue;
+            }
+            let child_all = labellings(&child);
+            let round = params().obbt(&mut child, upper).expect("obbt");
+            let relaxed = child.build().expect("build");
+            let solution = solve(&relaxed.problem);
+            let outcome = params()
+                .tighten_marginals(
+                    &mut child,
+                    &relaxed,
+                    &solution.primal,
+                    &solution.duals,
+                    upper,
+                )
+                .expect("marginals");
+            if round.infeasible.is_some() || outcome.infeasible.is_some() {
+                // Then no labelling of the child may be at or below the incumbent.
+                assert!(
+                    child_all.iter().all(|l| l.1 > upper * (1.0 + 1e-12)),
+                    "{what}: a child with a labelling at {upper} reported infeasible"
+                );
+                continue;
+            }
+            assert_kept(
+                &child,
+                &child_all,
+                upper,
+                &format!("{what} child {positive}"),
+            );
+        }
+    }
+}
+
+/// The figures of docs/exact-s3vm.md §6, by hand (`cargo test --profile test --test tighten
+/// -- --ignored --nocapture`): per instance the root bound, the incumbent (the better QP (24)
+/// of the true labels and of sign(x̂)), one OBBT round's time and effect, and the bound after
+/// OBBT and after ten rounds of marginals and cuts. Timing only printed, never asserted.
+#[test]
+#[ignore]
+fn measure_obbt_and_root_bounds() {
+    let cases = [
+        ("sonar.csv", 100, Kernel::Linear),
+        ("sonar.csv", 200, Kernel::Linear),
+        ("ionosphere.csv", 100, Kernel::Rbf { gamma: 1.0 / 34.0 }),
+        ("ionosphere.csv", 200, Kernel::Rbf { gamma: 1.0 / 34.0 }),
+        ("heart_statlog.csv", 100, Kernel::Linear),
+        ("heart_statlog.csv", 200, Kernel::Linear),
+    ];
+    for (file, rows, kernel) in cases {
+        let (root, truth) = data_instance(file, rows, rows / 10, kernel, 1.0, 1);
+        let n = root.lower.len();
+        let relaxed = root.build().expect("build");
+        let solution = solve(&relaxed.problem);
+        let x_hat: Vec<f64> = (0..n).map(|i| solution.primal[(i, n)]).collect();
+        let truth_signs: Vec<f64> = truth.iter().map(|l| f64::from(l.code())).collect();
+        let rounded: Vec<f64> = (0..n)
+            .map(|i| {
+                if root.lower[i] >= 1.0 || (root.upper[i] > -1.0 && x_hat[i] >= 0.0) {
+                    1.0
+                } else {
+                    -1.0
+                }
+            })
+            .collect();
+        let upper = [qp24(&root, &truth_signs), qp24(&root, &rounded)]
+            .into_iter()
+            .flatten()
+            .map(|l| l.1)
+            .fold(f64::INFINITY, f64::min);
+        let root_bound = relaxed
+            .safe_lower_bound(&solution.duals, Some(upper))
+            .expect("bound")
+            .value;
+        let mut node = root.clone();
+        let started = std::time::Instant::now();
+        let round = params().obbt(&mut node, upper).expect("obbt");
+        let obbt_seconds = started.elapsed().as_secs_f64();
+        let fixed = (0..n)
+            .filter(|&k| root.lower[k] < 1.0 && root.upper[k] > -1.0)
+            .filter(|&k| node.lower[k] >= 1.0 || node.upper[k] <= -1.0)
+            .count();
+        let mut bounds = Vec::new();
+        let started = std::time::Instant::now();
+        for _ in 0..10 {
+            let relaxed = node.build().expect("build");
+            let solution = solve(&relaxed.problem);
+            let lb = relaxed
+                .safe_lower_bound(&solution.duals, Some(upper))
+                .expect("bound")
+                .value;
+            bounds.push(lb);
+            let outcome = params()
+                .tighten_marginals(
+                    &mut node,
+                    &relaxed,
+                    &solution.primal,
+                    &solution.duals,
+                    upper,
+                )
+                .expect("marginals");
+            if outcome.infeasible.is_some() {
+                break;
+            }
+            let duals = cut_duals(&relaxed, &solution.duals).expect("duals");
+            let cuts = params()
+                .separate_cuts(&node, &solution.primal, &duals)
+                .expect("cuts");
+            node.cuts = cuts.apply(&node.cuts);
+        }
+        let loop_seconds = started.elapsed().as_secs_f64();
+        let gap = |lb: f64| 100.0 * (upper - lb) / upper;
+        println!(
+            "{file} n={n} {kernel:?}: UB {upper:.6}, root LB {root_bound:.6} (gap {:.2}%); OBBT: {:.2} s, {} problems, {} skipped, {} IPM iterations, worst certificate gap {:.1e}, {fixed} labels fixed, {:?}; LB after OBBT {:.6} (gap {:.2}%), after 10 rounds {:.6} (gap {:.2}%, {} cuts, {loop_seconds:.1} s); bounds {:?}",
+            gap(root_bound),
+            obbt_seconds,
+            round.solved,
+            round.skipped,
+            round.iterations,
+            round.worst_certificate_gap,
+            round.infeasible,
+            bounds[0],
+            gap(bounds[0]),
+            bounds.last().copied().unwrap_or(f64::NAN),
+            gap(bounds.last().copied().unwrap_or(f64::NAN)),
+            node.cuts.len(),
+            bounds.iter().map(|b| format!("{b:.5}")).collect::<Vec<_>>()
+        );
     }
 }
