@@ -179,11 +179,11 @@ fn a_rank_one_y_of_a_point_in_the_box_violates_no_cut() {
             })
             .collect();
         let y = rank_one(&x);
-        for i in 0..n {
-            for j in 0..n {
+        for (i, xi) in x.iter().enumerate() {
+            for (j, xj) in x.iter().enumerate() {
                 for kind in KINDS {
                     if let Some(v) = rlt_violation(&relaxation, &y, RltCut { i, j, kind }) {
-                        assert!(v <= 1e-12 * (1.0 + x[i].abs() * x[j].abs()), "{v}");
+                        assert!(v <= 1e-12 * (1.0 + xi.abs() * xj.abs()), "{v}");
                     }
                 }
             }
@@ -388,11 +388,11 @@ fn balance_brute_force(lower: &[f64], upper: &[f64], rho: f64) -> bool {
     let u = lower.len();
     (0..1u32 << u).any(|signs| {
         let (mut lo, mut hi) = (0.0, 0.0);
-        for j in 0..u {
+        for (j, (&low, &high)) in lower.iter().zip(upper).enumerate() {
             let (a, b) = if signs >> j & 1 == 1 {
-                (lower[j].max(1.0), upper[j])
+                (low.max(1.0), high)
             } else {
-                (lower[j], upper[j].min(-1.0))
+                (low, high.min(-1.0))
             };
             if a > b {
                 return false;
@@ -469,13 +469,13 @@ fn qp24(relaxation: &Relaxation, signs: &[f64]) -> Option<(Vec<f64>, f64)> {
     }
     // Row 0: the balance (zero cone); rows offset + k: −ŷ_k x_k ≤ −1. Column-major.
     let (mut colptr, mut rowval, mut nzval) = (vec![0], Vec::new(), Vec::new());
-    for k in 0..n {
-        if in_balance[k] {
+    for (k, (&balanced, &sign)) in in_balance.iter().zip(signs).enumerate() {
+        if balanced {
             rowval.push(0);
             nzval.push(1.0);
         }
         rowval.push(offset + k);
-        nzval.push(-signs[k]);
+        nzval.push(-sign);
         colptr.push(rowval.len());
     }
     let a = CscMatrix::new(offset + n, n, colptr, rowval, nzval);
@@ -544,18 +544,18 @@ fn assert_kept(relaxation: &Relaxation, all: &[(Vec<f64>, f64)], upper: f64, wha
             continue;
         }
         kept += 1;
-        for k in 0..x.len() {
+        for (k, &xk) in x.iter().enumerate() {
             assert!(
-                x[k] >= relaxation.lower[k] - 1e-7 && x[k] <= relaxation.upper[k] + 1e-7,
+                xk >= relaxation.lower[k] - 1e-7 && xk <= relaxation.upper[k] + 1e-7,
                 "{what}: a labelling with objective {objective} ≤ {upper} has x_{k} = {} outside [{}, {}]",
-                x[k],
+                xk,
                 relaxation.lower[k],
                 relaxation.upper[k]
             );
             assert!(
-                x[k] * x[k] <= relaxation.diag_upper[k] + 1e-7,
+                xk * xk <= relaxation.diag_upper[k] + 1e-7,
                 "{what}: x_{k}² = {} above ū = {}",
-                x[k] * x[k],
+                xk * xk,
                 relaxation.diag_upper[k]
             );
         }
@@ -815,7 +815,7 @@ fn the_node_loop_keeps_every_labelling() {
 /// The figures of docs/exact-s3vm.md §6, by hand (`cargo test --profile test --test tighten
 /// -- --ignored --nocapture`): per instance the root bound, the incumbent (the better QP (24)
 /// of the true labels and of sign(x̂)), one OBBT round's time and effect, and the bound after
-/// OBBT and after ten rounds of marginals and cuts. Timing only printed, never asserted.
+/// OBBT and after rounds of marginals and cuts. Timing only printed, never asserted.
 #[test]
 #[ignore]
 fn measure_obbt_and_root_bounds() {
@@ -862,7 +862,9 @@ fn measure_obbt_and_root_bounds() {
             .count();
         let mut bounds = Vec::new();
         let started = std::time::Instant::now();
-        for _ in 0..10 {
+        // Each round adds up to 3n rows; the Schur complement grows with their square.
+        let rounds = if n <= 100 { 4 } else { 2 };
+        for _ in 0..rounds {
             let relaxed = node.build().expect("build");
             let solution = solve(&relaxed.problem);
             let lb = relaxed
@@ -891,7 +893,7 @@ fn measure_obbt_and_root_bounds() {
         let loop_seconds = started.elapsed().as_secs_f64();
         let gap = |lb: f64| 100.0 * (upper - lb) / upper;
         println!(
-            "{file} n={n} {kernel:?}: UB {upper:.6}, root LB {root_bound:.6} (gap {:.2}%); OBBT: {:.2} s, {} problems, {} skipped, {} IPM iterations, worst certificate gap {:.1e}, {fixed} labels fixed, {:?}; LB after OBBT {:.6} (gap {:.2}%), after 10 rounds {:.6} (gap {:.2}%, {} cuts, {loop_seconds:.1} s); bounds {:?}",
+            "{file} n={n} {kernel:?}: UB {upper:.6}, root LB {root_bound:.6} (gap {:.2}%); OBBT: {:.2} s, {} problems, {} skipped, {} IPM iterations, worst certificate gap {:.1e}, {fixed} labels fixed, {:?}; LB after OBBT {:.6} (gap {:.2}%), after the last round {:.6} (gap {:.2}%, {} cuts, {loop_seconds:.1} s); bounds {:?}",
             gap(root_bound),
             obbt_seconds,
             round.solved,

@@ -227,7 +227,7 @@ impl TightenValidParams {
         let drop = cut_duals
             .iter()
             .enumerate()
-            .filter(|(_, d)| !(d.abs() >= self.params.drop_below))
+            .filter(|(_, d)| d.is_nan() || d.abs() < self.params.drop_below)
             .map(|(k, _)| k)
             .collect();
         let existing: std::collections::HashSet<(usize, usize, u8)> =
@@ -294,7 +294,7 @@ pub fn project_boxes(relaxation: &mut Relaxation) -> Result<(), Infeasibility> {
     let n = relaxation.lower.len();
     for k in 0..n {
         let (l, u) = (relaxation.lower[k], relaxation.upper[k]);
-        if !(l <= u) || l == f64::INFINITY || u == f64::NEG_INFINITY {
+        if l.is_nan() || u.is_nan() || l > u || l == f64::INFINITY || u == f64::NEG_INFINITY {
             return Err(Infeasibility::EmptyBox(k));
         }
         if l > -1.0 && u < 1.0 {
@@ -477,7 +477,7 @@ impl TightenValidParams {
                 Sense::Le => (-dual).max(0.0),
                 Sense::Eq => continue,
             };
-            if !(lambda > p.active_dual) || (row.value(primal) - row.rhs).abs() > p.active_primal {
+            if lambda <= p.active_dual || (row.value(primal) - row.rhs).abs() > p.active_primal {
                 continue;
             }
             let reach = delta / lambda;
@@ -826,11 +826,11 @@ impl Obbt {
                 for (r, gi) in rhs.iter_mut().zip(&g) {
                     *r -= 2.0 * gi * f0;
                 }
-                for t in 0..il.len() {
-                    rhs[il[t]] += (cl[t] + al[t] * rl[t]) / sl[t];
+                for (t, &i) in il.iter().enumerate() {
+                    rhs[i] += (cl[t] + al[t] * rl[t]) / sl[t];
                 }
-                for t in 0..iu.len() {
-                    rhs[iu[t]] -= (cu[t] + be[t] * ru[t]) / su[t];
+                for (t, &i) in iu.iter().enumerate() {
+                    rhs[i] -= (cu[t] + be[t] * ru[t]) / su[t];
                 }
                 let mut dz = solve_with(&llt, &rhs);
                 let mut dnu = 0.0;
