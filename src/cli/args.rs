@@ -383,6 +383,7 @@ pub struct CertifyArgs {
     /// δ: the unlabeled rows' penalty is C_u = (l/u)·δ·C_l.
     #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
     pub cu_factor: f64,
+    /// The kernel of model (8): linear, or RBF with --gamma (default 1/d).
     #[arg(long, value_enum, default_value = "linear")]
     pub kernel: ExactKernelName,
     /// RBF γ (default 1/n_features).

@@ -8,6 +8,10 @@
 //!   predictor–corrector, a Schur complement assembled from the rows' few entries).
 //! - [`relax`]: the S3VM objective C = ½(K + D)⁻¹ of model (8) and the builder of relaxation
 //!   (20) (note B.4.2) with its RLT cuts (B.4.3).
+//! - [`tighten`]: what the node loop (note B.4.6) does between solves: RLT separation and
+//!   removal, the projection of Remark 2 and node infeasibility, marginals-based tightening
+//!   (B.4.4) and OBBT (B.4.1), each bound valid for every point of the node at or below the
+//!   incumbent.
 //!
 //! Why an own engine: clarabel's PSD cone factorises a KKT system with a dense block of order
 //! N(N+1)/2 and grew like n⁵ on these problems (note Part C); first-order methods are not
@@ -22,6 +26,7 @@
 
 pub mod ipm;
 pub mod relax;
+pub mod tighten;
 
 use faer::Mat;
 
