@@ -3,6 +3,9 @@
 //! brute force with --gap 0, the ideal kernel's tight root (note B.4.11), the heuristic and
 //! the supervised baseline on their own, and the command's report and refusals.
 
+mod common;
+
+use common::exact::exact_instance;
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 
@@ -17,12 +20,12 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use neyman::data::{read, Label, LabelledRows, ReadOptions, ScaleKind, Scaler};
+use neyman::data::Label;
 use neyman::learn::kernel::Kernel;
 use neyman::learn::s3vm::exact::{
     heuristic, qp24, relative_gap, supervised, Certificate, CertifyParams, CertifyStatus,
 };
-use neyman::learn::s3vm::sdp::relax::{gram, objective_matrix, Balance, Relaxation};
+use neyman::learn::s3vm::sdp::relax::{objective_matrix, Balance, Relaxation};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data");
 
@@ -81,9 +84,8 @@ fn clarabel_qp24(c: &Mat<f64>, signs: &[f64], balance: Option<&Balance>) -> Opti
     }
 }
 
-/// `rows` rows of `file` shuffled with `seed`, all but `labelled` labels hidden (the cuts3vm
-/// protocol), standardised; model (8) with C_l = `cl`, C_u = (l/u)·C_l; the root relaxation.
-/// Returns the relaxation, the Gram matrix, the penalties, the labels and the truth.
+/// The instance protocol of `bench sdp` and `certify` (tests/common/exact.rs): the root
+/// relaxation, the Gram matrix, the penalties, the labels and the truth.
 fn instance(
     file: &str,
     rows: usize,
@@ -93,29 +95,8 @@ fn instance(
     seed: u64,
     balance: bool,
 ) -> (Relaxation, Mat<f64>, Vec<f64>, Vec<Label>, Vec<Label>) {
-    let data = read(
-        std::path::Path::new(&format!("{DATA}/{file}")),
-        &ReadOptions::default(),
-    )
-    .expect("read data");
-    let mut order: Vec<usize> = (0..data.len()).collect();
-    order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
-    let mut inst = data.select(&order[..rows]);
-    let truth = inst
-        .hide_labels(LabelledRows::Count(labelled), seed)
-        .expect("hide labels");
-    let scaled = Scaler::fit(ScaleKind::Standard, &inst.rows).transform(&inst.rows);
-    let l = inst.len() - inst.count(Label::Unlabeled);
-    let cu = l as f64 / (rows - l) as f64 * cl;
-    let penalties: Vec<f64> = inst
-        .labels
-        .iter()
-        .map(|&lab| if lab == Label::Unlabeled { cu } else { cl })
-        .collect();
-    let k = gram(&kernel, &scaled);
-    let c = objective_matrix(&k, &penalties).expect("C");
-    let root = Relaxation::for_labels(c, &inst.labels, balance).expect("relaxation");
-    (root, k, penalties, inst.labels, truth)
+    let i = exact_instance(file, rows, labelled, kernel, cl, seed, balance);
+    (i.root, i.gram, i.penalties, i.labels, i.truth)
 }
 
 /// Every labelling of the unlabeled points: the least QP (24) value by clarabel, after

@@ -7,21 +7,22 @@
 //! CSDP is the Debian package coinor-csdp (scripts/test.sh installs it); without it the tests
 //! that need it fail and say so.
 
+mod common;
+
+use common::exact::exact_instance;
 use faer::Mat;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use neyman::cli::csdp;
-use neyman::data::{read, Label, LabelledRows, ReadOptions, Rows, ScaleKind, Scaler};
+use neyman::data::{Label, Rows};
 use neyman::learn::kernel::Kernel;
 use neyman::learn::s3vm::sdp::ipm::{SdpParams, SdpSolution, SdpStatus};
 use neyman::learn::s3vm::sdp::relax::{
     gram, objective_matrix, Relaxation, RelaxedSdp, RltCut, RltKind, RowKind, RowRule,
 };
 use neyman::learn::s3vm::sdp::SdpProblem;
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data");
 
 fn solve(problem: &SdpProblem) -> SdpSolution {
     SdpParams::default()
@@ -65,10 +66,8 @@ fn dot(a: &Mat<f64>, b: &Mat<f64>) -> f64 {
     s
 }
 
-/// The instance protocol of `bench sdp`: `rows` rows of `file` shuffled with `seed`, the
-/// labels of all but `labelled` hidden, features standardised; model (8)'s C with C_l = `cl`
-/// and C_u = (l/u)·C_l; the root relaxation (20) with the balance row. Returns the
-/// relaxation and the true labels.
+/// The instance protocol of `bench sdp` (tests/common/exact.rs) with the balance row:
+/// the root relaxation and the true labels.
 fn data_instance(
     file: &str,
     rows: usize,
@@ -77,29 +76,8 @@ fn data_instance(
     cl: f64,
     seed: u64,
 ) -> (Relaxation, Vec<Label>) {
-    use rand::seq::SliceRandom;
-    let data = read(
-        std::path::Path::new(&format!("{DATA}/{file}")),
-        &ReadOptions::default(),
-    )
-    .expect("read data");
-    let mut order: Vec<usize> = (0..data.len()).collect();
-    order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
-    let mut instance = data.select(&order[..rows]);
-    let truth = instance
-        .hide_labels(LabelledRows::Count(labelled), seed)
-        .expect("hide labels");
-    let scaled = Scaler::fit(ScaleKind::Standard, &instance.rows).transform(&instance.rows);
-    let l = instance.len() - instance.count(Label::Unlabeled);
-    let cu = l as f64 / (rows - l) as f64 * cl;
-    let penalties: Vec<f64> = instance
-        .labels
-        .iter()
-        .map(|&lab| if lab == Label::Unlabeled { cu } else { cl })
-        .collect();
-    let c = objective_matrix(&gram(&kernel, &scaled), &penalties).expect("C");
-    let relaxation = Relaxation::for_labels(c, &instance.labels, true).expect("relaxation");
-    (relaxation, truth)
+    let instance = exact_instance(file, rows, labelled, kernel, cl, seed, true);
+    (instance.root, instance.truth)
 }
 
 /// Checks the own engine's solution of `relaxed` against CSDP's and on its own: the objective

@@ -6,30 +6,29 @@
 //! (24) per labelling by clarabel): none at or below the incumbent leaves the boxes; OBBT's
 //! certified bounds against clarabel's SOCP.
 
+mod common;
+
 use clarabel::algebra::CscMatrix;
 use clarabel::solver::{
     DefaultSettings, DefaultSolver, IPSolver, SolverStatus,
     SupportedConeT::{NonnegativeConeT, SecondOrderConeT, ZeroConeT},
 };
+use common::exact::exact_instance;
 use faer::Mat;
 use proptest::prelude::*;
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use neyman::data::{read, Label, LabelledRows, ReadOptions, ScaleKind, Scaler};
+use neyman::data::Label;
 use neyman::learn::kernel::Kernel;
 use neyman::learn::s3vm::sdp::ipm::{SdpParams, SdpSolution, SdpStatus};
-use neyman::learn::s3vm::sdp::relax::{
-    gram, objective_matrix, Balance, Relaxation, RltCut, RltKind,
-};
+use neyman::learn::s3vm::sdp::relax::{Balance, Relaxation, RltCut, RltKind};
 use neyman::learn::s3vm::sdp::tighten::{
     cut_duals, project_boxes, rlt_violation, Direction, Infeasibility, Obbt, TightenParams,
     TightenValidParams,
 };
 use neyman::learn::s3vm::sdp::SdpProblem;
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data");
 const KINDS: [RltKind; 4] = [RltKind::T1, RltKind::T2, RltKind::T3, RltKind::T4];
 
 fn solve(problem: &SdpProblem) -> SdpSolution {
@@ -43,9 +42,8 @@ fn params() -> TightenValidParams {
     TightenParams::default().check().expect("default params")
 }
 
-/// The instance protocol of `bench sdp` (tests/sdp.rs): `rows` rows of `file` shuffled with
-/// `seed`, all but `labelled` labels hidden, features standardised, C with C_l = `cl` and
-/// C_u = (l/u)·C_l, the root relaxation with the balance row. Returns it and the true labels.
+/// The instance protocol of `bench sdp` (tests/common/exact.rs) with the balance row:
+/// the root relaxation and the true labels.
 fn data_instance(
     file: &str,
     rows: usize,
@@ -54,28 +52,8 @@ fn data_instance(
     cl: f64,
     seed: u64,
 ) -> (Relaxation, Vec<Label>) {
-    let data = read(
-        std::path::Path::new(&format!("{DATA}/{file}")),
-        &ReadOptions::default(),
-    )
-    .expect("read data");
-    let mut order: Vec<usize> = (0..data.len()).collect();
-    order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
-    let mut instance = data.select(&order[..rows]);
-    let truth = instance
-        .hide_labels(LabelledRows::Count(labelled), seed)
-        .expect("hide labels");
-    let scaled = Scaler::fit(ScaleKind::Standard, &instance.rows).transform(&instance.rows);
-    let l = instance.len() - instance.count(Label::Unlabeled);
-    let cu = l as f64 / (rows - l) as f64 * cl;
-    let penalties: Vec<f64> = instance
-        .labels
-        .iter()
-        .map(|&lab| if lab == Label::Unlabeled { cu } else { cl })
-        .collect();
-    let c = objective_matrix(&gram(&kernel, &scaled), &penalties).expect("C");
-    let relaxation = Relaxation::for_labels(c, &instance.labels, true).expect("relaxation");
-    (relaxation, truth)
+    let instance = exact_instance(file, rows, labelled, kernel, cl, seed, true);
+    (instance.root, instance.truth)
 }
 
 /// A relaxation with random positive definite C and random boxes: each point's box is one of

@@ -4,6 +4,7 @@
 
 pub mod broker;
 pub mod daemon;
+pub mod exact;
 pub mod http;
 pub mod qp;
 pub mod streams;
