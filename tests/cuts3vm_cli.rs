@@ -4,31 +4,15 @@
 //! refused with exit 2 and the reason (never a panic, never a written non-finite model).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_neyman");
+mod common;
+use common::cli::{neyman, Run};
+
 const IONOSPHERE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/ionosphere.csv");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn neyman(args: &[&str]) -> Run {
-    let out = Command::new(BIN).args(args).output().expect("run neyman");
-    let run = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert_ne!(run.code, 101, "neyman {args:?} panicked:\n{}", run.stderr);
-    run
-}
 
 fn ok_json(args: &[&str]) -> Value {
     let run = neyman(args);

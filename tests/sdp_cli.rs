@@ -5,28 +5,12 @@
 //! CSDP is the Debian package coinor-csdp (scripts/test.sh installs it).
 
 use serde_json::Value;
-use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_neyman");
+mod common;
+use common::cli::neyman;
+
 const SONAR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sonar.csv");
 const IONOSPHERE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/ionosphere.csv");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn neyman(args: &[&str]) -> Run {
-    let out = Command::new(BIN).args(args).output().expect("run neyman");
-    let run = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert_ne!(run.code, 101, "neyman {args:?} panicked:\n{}", run.stderr);
-    run
-}
 
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
@@ -109,9 +93,16 @@ fn bench_sdp_reports_agreeing_objectives_and_a_safe_bound() {
 
 #[test]
 fn bench_sdp_refuses_bad_input_with_exit_2() {
-    let cases: [(&[&str], &str); 7] = [
+    // A valid 20-row instance on sonar, then flags that replace or add to it.
+    const VALID: [&str; 6] = ["--data", SONAR, "--rows", "20", "--labeled-count", "4"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut args = VALID.to_vec();
+        args.extend_from_slice(extra);
+        args
+    };
+    let cases: [(Vec<&str>, &str); 7] = [
         (
-            &[
+            vec![
                 "--data",
                 "/nonexistent/x.csv",
                 "--rows",
@@ -122,64 +113,26 @@ fn bench_sdp_refuses_bad_input_with_exit_2() {
             "no such file",
         ),
         (
-            &["--data", SONAR, "--rows", "500", "--labeled-count", "4"],
+            vec!["--data", SONAR, "--rows", "500", "--labeled-count", "4"],
             "--rows 500",
         ),
-        (&["--data", SONAR, "--rows", "20"], "--labeled-fraction"),
+        (vec!["--data", SONAR, "--rows", "20"], "--labeled-fraction"),
+        (with(&["--cl", "0"]), "--cl"),
         (
-            &[
-                "--data",
-                SONAR,
-                "--rows",
-                "20",
-                "--labeled-count",
-                "4",
-                "--cl",
-                "0",
-            ],
-            "--cl",
-        ),
-        (
-            &["--data", SONAR, "--rows", "20", "--labeled-count", "40"],
+            vec!["--data", SONAR, "--rows", "20", "--labeled-count", "40"],
             "--labeled-count",
         ),
-        (
-            &[
-                "--data",
-                SONAR,
-                "--rows",
-                "20",
-                "--labeled-count",
-                "4",
-                "--kernel",
-                "rbf",
-                "--gamma",
-                "-1",
-            ],
-            "--gamma",
-        ),
-        (
-            &[
-                "--data",
-                SONAR,
-                "--rows",
-                "20",
-                "--labeled-count",
-                "4",
-                "--csdp",
-                "/nonexistent/csdp",
-            ],
-            "coinor-csdp",
-        ),
+        (with(&["--kernel", "rbf", "--gamma", "-1"]), "--gamma"),
+        (with(&["--csdp", "/nonexistent/csdp"]), "coinor-csdp"),
     ];
-    for (extra, reason) in cases {
+    for (flags, reason) in cases {
         let mut args = vec!["bench", "sdp"];
-        args.extend_from_slice(extra);
+        args.extend_from_slice(&flags);
         let run = neyman(&args);
-        assert_eq!(run.code, 2, "{extra:?}:\n{}{}", run.stdout, run.stderr);
+        assert_eq!(run.code, 2, "{flags:?}:\n{}{}", run.stdout, run.stderr);
         assert!(
             run.stderr.contains(reason),
-            "{extra:?}: {reason:?} not in\n{}",
+            "{flags:?}: {reason:?} not in\n{}",
             run.stderr
         );
     }

@@ -5,35 +5,15 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use neyman::stream::{parse_event, Channel, EventLimits, Record, RecordReader};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_neyman");
+mod common;
+use common::cli::neyman;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const HEART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/heart_statlog.csv");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn neyman(args: &[&str]) -> Run {
-    let out = Command::new(BIN)
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .expect("the neyman binary runs");
-    let run = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert_ne!(run.code, 101, "panic: {}", run.stderr);
-    run
-}
 
 fn make(out: &Path, extra: &[&str]) -> serde_json::Map<String, Value> {
     let out = out.to_str().unwrap();

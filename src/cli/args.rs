@@ -344,15 +344,8 @@ pub struct BenchSdpArgs {
     /// C_l: the penalty c_k of the labelled rows in model (8).
     #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
     pub cl: f64,
-    /// δ: the unlabeled rows' penalty is C_u = (l/u)·δ·C_l.
-    #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
-    pub cu_factor: f64,
-    /// The kernel of model (8): linear, or RBF with --gamma (default 1/d).
-    #[arg(long, value_enum, default_value = "linear")]
-    pub kernel: ExactKernelName,
-    /// RBF γ (default 1/n_features).
-    #[arg(allow_negative_numbers = true, long)]
-    pub gamma: Option<f64>,
+    #[command(flatten)]
+    pub model: ExactModelArgs,
     /// The own engine stops at this relative primal and dual infeasibility and gap.
     #[arg(allow_negative_numbers = true, long, default_value_t = SdpParams::DEFAULT_TOL)]
     pub tol: f64,
@@ -362,6 +355,20 @@ pub struct BenchSdpArgs {
     /// `json`: the result as one JSON object on stdout instead of the text summary.
     #[arg(long, value_enum)]
     pub report: Option<ReportFormat>,
+}
+
+/// Model (8)'s kernel and unlabeled penalty, shared by `bench sdp` and `certify`.
+#[derive(Debug, Clone, Args)]
+pub struct ExactModelArgs {
+    /// δ: the unlabeled rows' penalty is C_u = (l/u)·δ·C_l.
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
+    pub cu_factor: f64,
+    /// The kernel of model (8): linear, or RBF with --gamma (default 1/d).
+    #[arg(long, value_enum, default_value = "linear")]
+    pub kernel: ExactKernelName,
+    /// RBF γ (default 1/n_features).
+    #[arg(allow_negative_numbers = true, long)]
+    pub gamma: Option<f64>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -380,15 +387,8 @@ pub struct CertifyArgs {
     /// C_l: the penalty c_k of the labelled rows in model (8).
     #[arg(allow_negative_numbers = true, long)]
     pub cl: f64,
-    /// δ: the unlabeled rows' penalty is C_u = (l/u)·δ·C_l.
-    #[arg(allow_negative_numbers = true, long, default_value_t = 1.0)]
-    pub cu_factor: f64,
-    /// The kernel of model (8): linear, or RBF with --gamma (default 1/d).
-    #[arg(long, value_enum, default_value = "linear")]
-    pub kernel: ExactKernelName,
-    /// RBF γ (default 1/n_features).
-    #[arg(allow_negative_numbers = true, long)]
-    pub gamma: Option<f64>,
+    #[command(flatten)]
+    pub model: ExactModelArgs,
     /// Drop the balance constraint (11).
     #[arg(long)]
     pub no_balance: bool,

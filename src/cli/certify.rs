@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 
 use super::args::{CertifyArgs, ReportFormat};
-use super::sdp::exact_instance;
+use super::sdp::{exact_instance, finite_or_null};
 use super::{read_model, CliError};
 use crate::data::{read, Label};
 use crate::learn::s3vm::exact::{
@@ -78,7 +78,7 @@ pub fn certify(args: &CertifyArgs) -> Result<(), CliError> {
              {negative} negative rows"
         ));
     }
-    let model = exact_instance(&data, args.kernel, args.gamma, args.cl, args.cu_factor)?;
+    let model = exact_instance(&data, &args.model, args.cl)?;
     let (_, start) = supervised(&model.gram, &model.penalties, &data.labels)?;
     let root = Relaxation::for_labels(model.c.clone(), &data.labels, !args.no_balance)?;
     if args.threads > 1 {
@@ -267,15 +267,6 @@ fn describe(p: &SearchProgress) -> String {
         p.lower,
         100.0 * relative_gap(p.upper, p.lower)
     )
-}
-
-/// JSON has no infinities.
-fn finite_or_null(v: f64) -> Value {
-    if v.is_finite() {
-        json!(v)
-    } else {
-        Value::Null
-    }
 }
 
 fn print_text(r: &Value) {

@@ -14,7 +14,7 @@
 
 use serde_json::{json, Value};
 
-use super::args::{BenchSdpArgs, ExactKernelName, ReportFormat};
+use super::args::{BenchSdpArgs, ExactKernelName, ExactModelArgs, ReportFormat};
 use super::csdp::{self, CsdpError};
 use super::CliError;
 use faer::Mat;
@@ -82,7 +82,7 @@ pub fn bench(args: &BenchSdpArgs) -> Result<(), CliError> {
     order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(args.seed));
     let mut instance = data.select(&order[..args.rows]);
     let truth = instance.hide_labels(rule, args.seed)?;
-    let model = exact_instance(&instance, args.kernel, args.gamma, args.cl, args.cu_factor)?;
+    let model = exact_instance(&instance, &args.model, args.cl)?;
     let (labelled, unlabeled, d, kernel, cu) = (
         model.labelled,
         model.unlabeled,
@@ -181,11 +181,10 @@ pub(super) struct ExactInstance {
 /// usage errors.
 pub(super) fn exact_instance(
     instance: &Dataset,
-    kernel: ExactKernelName,
-    gamma: Option<f64>,
+    model: &ExactModelArgs,
     cl: f64,
-    cu_factor: f64,
 ) -> Result<ExactInstance, CliError> {
+    let cu_factor = model.cu_factor;
     for (flag, value) in [("--cl", cl), ("--cu-factor", cu_factor)] {
         if !(value.is_finite() && value > 0.0) {
             return Err(CliError::Usage(format!(
@@ -205,10 +204,10 @@ pub(super) fn exact_instance(
     }
     let rows = Scaler::fit(ScaleKind::Standard, &instance.rows).transform(&instance.rows);
     let d = rows.n_features();
-    let kernel = match kernel {
+    let kernel = match model.kernel {
         ExactKernelName::Linear => Kernel::Linear,
         ExactKernelName::Rbf => Kernel::Rbf {
-            gamma: gamma.unwrap_or(1.0 / d.max(1) as f64),
+            gamma: model.gamma.unwrap_or(1.0 / d.max(1) as f64),
         },
     };
     kernel
@@ -254,7 +253,7 @@ fn bound_json(bound: &SafeBound) -> Value {
 }
 
 /// JSON has no infinities.
-fn finite_or_null(v: f64) -> Value {
+pub(super) fn finite_or_null(v: f64) -> Value {
     if v.is_finite() {
         json!(v)
     } else {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+pub mod cli;
 pub mod daemon;
 pub mod exact;
 pub mod http;
