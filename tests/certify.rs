@@ -622,3 +622,31 @@ fn certify_values_another_models_labelling_under_the_same_objective() {
         None => panic!("no compare_feasible in {r}"),
     }
 }
+
+#[test]
+fn certify_refuses_a_bad_compare_model_before_searching() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let garbage = dir.path().join("garbage.model");
+    std::fs::write(&garbage, b"not a model").expect("write");
+    let out = neyman(&[
+        "certify",
+        "--data",
+        &format!("{DATA}/sonar.csv"),
+        "--labeled-fraction",
+        "0.2",
+        "--cl",
+        "1",
+        "--node-limit",
+        "1",
+        "--compare-model",
+        &garbage.display().to_string(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--compare-model"), "{stderr}");
+    assert!(out.stdout.is_empty(), "no report without the comparison");
+    assert!(
+        !stderr.contains("nodes 1"),
+        "refused before the search: {stderr}"
+    );
+}

@@ -10,6 +10,7 @@
 //! and the global safe lower bound.
 
 use std::io::IsTerminal;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ use serde_json::{json, Value};
 use super::args::{CertifyArgs, ReportFormat};
 use super::sdp::{exact_instance, finite_or_null};
 use super::{read_model, CliError};
-use crate::data::{read, Label};
+use crate::data::{read, Dataset, Label};
 use crate::learn::s3vm::exact::{
     qp24, relative_gap, supervised, CertifyParams, ExactError, SearchProgress,
 };
@@ -78,8 +79,17 @@ pub fn certify(args: &CertifyArgs) -> Result<(), CliError> {
              {negative} negative rows"
         ));
     }
+    let compare = match &args.compare_model {
+        Some(path) => Some(compare_labelling(path, &data)?),
+        None => None,
+    };
     let model = exact_instance(&data, &args.model, args.cl)?;
     let (_, start) = supervised(&model.gram, &model.penalties, &data.labels)?;
+    // The compared model's labelling is also a start for the incumbent: the optimum can only
+    // be at or below it.
+    let starts: Vec<Vec<f64>> = std::iter::once(start.clone())
+        .chain(compare.clone())
+        .collect();
     let root = Relaxation::for_labels(model.c.clone(), &data.labels, !args.no_balance)?;
     if args.threads > 1 {
         tracing::warn!(
@@ -90,12 +100,7 @@ pub fn certify(args: &CertifyArgs) -> Result<(), CliError> {
     install_interrupt_handler();
     let started = Instant::now();
     let mut log = SearchLog::new(Duration::from_secs_f64(args.log_every));
-    let certificate = params.solve(
-        &root,
-        std::slice::from_ref(&start),
-        &INTERRUPTED,
-        &mut |p| log.show(p),
-    )?;
+    let certificate = params.solve(&root, &starts, &INTERRUPTED, &mut |p| log.show(p))?;
     drop(log);
     let seconds = started.elapsed().as_secs_f64();
 
@@ -138,38 +143,8 @@ pub fn certify(args: &CertifyArgs) -> Result<(), CliError> {
         report["accuracy"] = json!(accuracy(&certificate.signs));
         report["baseline_accuracy"] = json!(accuracy(&start));
     }
-    if let Some(path) = &args.compare_model {
-        let other = read_model(path)?;
-        // The model scores the file's own features (it carries its scaling).
-        let raw = &data.rows;
-        if other.n_features() != raw.n_features() {
-            return usage(format!(
-                "--compare-model {}: the model expects {} features, the file has {}",
-                path.display(),
-                other.n_features(),
-                raw.n_features()
-            ));
-        }
-        let mut scores = vec![0.0; data.len()];
-        other.score_batch(raw, &mut scores);
-        let threshold = other.threshold();
-        let signs: Vec<f64> = (0..data.len())
-            .map(|i| match data.labels[i] {
-                Label::Unlabeled => {
-                    let positive = match threshold {
-                        Some(t) => t.is_positive(scores[i]),
-                        None => scores[i] >= 0.0,
-                    };
-                    if positive {
-                        1.0
-                    } else {
-                        -1.0
-                    }
-                }
-                l => f64::from(l.code()),
-            })
-            .collect();
-        match qp24::solve(&model.c, &signs, root.balance.as_ref())? {
+    if let Some(signs) = &compare {
+        match qp24::solve(&model.c, signs, root.balance.as_ref())? {
             Some(sol) => {
                 report["compare_feasible"] = json!(true);
                 report["compare_objective"] = json!(sol.objective);
@@ -255,6 +230,44 @@ impl Drop for SearchLog {
             bar.finish_and_clear();
         }
     }
+}
+
+/// The labelling `--compare-model` gives the file: the labelled rows keep their labels, the
+/// unlabeled ones take the model's decision (its threshold, else score ≥ 0). Read before the
+/// search, so a bad model file is refused at once, not after an hour of branch-and-bound.
+fn compare_labelling(path: &Path, data: &Dataset) -> Result<Vec<f64>, CliError> {
+    // A bad model file is an input error (exit 2), like a bad --data file.
+    let other = read_model(path)
+        .map_err(|e| CliError::Usage(format!("--compare-model {}: {e}", path.display())))?;
+    // The model scores the file's own features (it carries its scaling).
+    let raw = &data.rows;
+    if other.n_features() != raw.n_features() {
+        return Err(CliError::Usage(format!(
+            "--compare-model {}: the model expects {} features, the file has {}",
+            path.display(),
+            other.n_features(),
+            raw.n_features()
+        )));
+    }
+    let mut scores = vec![0.0; data.len()];
+    other.score_batch(raw, &mut scores);
+    let threshold = other.threshold();
+    Ok((0..data.len())
+        .map(|i| match data.labels[i] {
+            Label::Unlabeled => {
+                let positive = match threshold {
+                    Some(t) => t.is_positive(scores[i]),
+                    None => scores[i] >= 0.0,
+                };
+                if positive {
+                    1.0
+                } else {
+                    -1.0
+                }
+            }
+            l => f64::from(l.code()),
+        })
+        .collect())
 }
 
 /// `nodes 45 (open 12), UB 1.234567e0, LB 1.230000e0, gap 0.370 %`.
