@@ -955,3 +955,32 @@ fn a_bad_line_is_a_dead_letter_and_the_replay_goes_on() {
         .count();
     assert_eq!(lines(&dir.path().join("scores.jsonl")).len(), unlabeled);
 }
+
+/// The one-line summary is the replay's answer: it is printed even when `log.level` hides
+/// `info` logs.
+#[test]
+fn the_summary_line_survives_a_warn_log_level() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (stream, _) = stream_with_bad_events(dir.path(), 400);
+    let out = Command::new(BIN)
+        .arg("replay")
+        .arg(&stream)
+        .arg("--config")
+        .arg(config(dir.path()))
+        .env_remove("RUST_LOG")
+        .env("NEYMAN_LOG_LEVEL", "warn")
+        .output()
+        .expect("run neyman");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let inputs = RecordReader::open(&stream).expect("stream").count();
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with(&format!("{inputs} events: ")))
+        .unwrap_or_else(|| panic!("no summary line in {stderr}"));
+    assert!(line.contains(" dead-lettered; models: "), "{line}");
+    assert!(
+        !stderr.contains(" INFO "),
+        "info logs stay hidden: {stderr}"
+    );
+}

@@ -43,8 +43,17 @@ pub fn run(args: &RunArgs, loaded: LoadedConfig) -> Result<(), CliError> {
         threads: args.threads,
         report_block: None,
     };
-    crate::daemon::run(config, options, shutdown_signal())?;
+    let finished = crate::daemon::run(config, options, shutdown_signal())?;
+    show_summary(&finished.summary);
     Ok(())
+}
+
+/// The daemon logs its one-line summary at `info`; with `log.level` above that the line is
+/// printed on stderr all the same, since it is the command's answer, not a log.
+fn show_summary(summary: &crate::daemon::Summary) {
+    if !tracing::enabled!(tracing::Level::INFO) {
+        eprintln!("{summary}");
+    }
 }
 
 pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
@@ -75,6 +84,7 @@ pub fn replay(args: &ReplayArgs, loaded: LoadedConfig) -> Result<(), CliError> {
         ..EventLimits::default()
     };
     let finished = crate::daemon::run(config, options, shutdown_signal())?;
+    show_summary(&finished.summary);
     let Some(report) = finished.report else {
         return Ok(());
     };
