@@ -494,8 +494,9 @@ impl CertifyValidParams {
     /// boxes: the nodes then close on their own bounds.
     fn obbt_round(&self, root: &Relaxation, search: &mut Search<'_>) -> Result<(), ExactError> {
         let upper = Incumbent::upper(&search.incumbent);
-        let due =
-            upper.is_finite() && !(upper >= search.obbt_upper * (1.0 - self.params.obbt_rerun));
+        let due = upper.is_finite()
+            && (search.obbt_upper.is_infinite()
+                || upper < search.obbt_upper * (1.0 - self.params.obbt_rerun));
         if !(self.params.cut_loop && due) {
             return Ok(());
         }
