@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::exact::exact_instance;
+use common::exact::{exact_instance, ExactInstance};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 
@@ -84,21 +84,6 @@ fn clarabel_qp24(c: &Mat<f64>, signs: &[f64], balance: Option<&Balance>) -> Opti
     }
 }
 
-/// The instance protocol of `bench sdp` and `certify` (tests/common/exact.rs): the root
-/// relaxation, the Gram matrix, the penalties, the labels and the truth.
-fn instance(
-    file: &str,
-    rows: usize,
-    labelled: usize,
-    kernel: Kernel,
-    cl: f64,
-    seed: u64,
-    balance: bool,
-) -> (Relaxation, Mat<f64>, Vec<f64>, Vec<Label>, Vec<Label>) {
-    let i = exact_instance(file, rows, labelled, kernel, cl, seed, balance);
-    (i.root, i.gram, i.penalties, i.labels, i.truth)
-}
-
 /// Every labelling of the unlabeled points: the least QP (24) value by clarabel, after
 /// checking the own QP (24) against clarabel on each.
 fn brute_force(root: &Relaxation, labels: &[Label]) -> f64 {
@@ -153,9 +138,9 @@ fn search(root: &Relaxation, start: Vec<f64>, gap: f64) -> Certificate {
     .expect("search")
 }
 
-#[test]
-fn the_search_with_gap_zero_finds_the_brute_force_optimum() {
-    let cases = [
+/// The u = 12 instances of the brute-force checks: data, kernel, C_l, seed, balance.
+fn small_cases() -> [(&'static str, Kernel, f64, u64, bool); 4] {
+    [
         ("sonar.csv", Kernel::Linear, 1.0, 1, true),
         ("sonar.csv", Kernel::Rbf { gamma: 1.0 / 60.0 }, 1.0, 2, true),
         ("heart_statlog.csv", Kernel::Linear, 0.1, 3, true),
@@ -166,11 +151,31 @@ fn the_search_with_gap_zero_finds_the_brute_force_optimum() {
             4,
             false,
         ),
-    ];
-    for (file, kernel, cl, seed, balance) in cases {
-        let (root, k, pen, labels, _) = instance(file, 22, 10, kernel, cl, seed, balance);
-        let best = brute_force(&root, &labels);
-        let (_, start) = supervised(&k, &pen, &labels).expect("supervised");
+    ]
+}
+
+/// One small instance (22 rows, 10 labelled): its root relaxation, labels, brute-force
+/// optimum and the supervised L2-SVM's labelling.
+fn small_case(
+    (file, kernel, cl, seed, balance): (&str, Kernel, f64, u64, bool),
+) -> (Relaxation, Vec<Label>, f64, Vec<f64>) {
+    let ExactInstance {
+        root,
+        gram,
+        penalties,
+        labels,
+        ..
+    } = exact_instance(file, 22, 10, kernel, cl, seed, balance);
+    let best = brute_force(&root, &labels);
+    let (_, start) = supervised(&gram, &penalties, &labels).expect("supervised");
+    (root, labels, best, start)
+}
+
+#[test]
+fn the_search_with_gap_zero_finds_the_brute_force_optimum() {
+    for case in small_cases() {
+        let (file, kernel, cl, seed, balance) = case;
+        let (root, labels, best, start) = small_case(case);
         let cert = search(&root, start, 0.0);
         let what = format!("{file} {kernel:?} C_l {cl} seed {seed} balance {balance}");
         assert_eq!(cert.status, CertifyStatus::Optimal, "{what}");
@@ -197,9 +202,7 @@ fn the_search_with_gap_zero_finds_the_brute_force_optimum() {
 
 #[test]
 fn the_default_gap_stays_within_its_tolerance_of_the_optimum() {
-    let (root, k, pen, labels, _) = instance("sonar.csv", 22, 10, Kernel::Linear, 0.3, 5, true);
-    let best = brute_force(&root, &labels);
-    let (_, start) = supervised(&k, &pen, &labels).expect("supervised");
+    let (root, _, best, start) = small_case(("sonar.csv", Kernel::Linear, 0.3, 5, true));
     let cert = search(&root, start, CertifyParams::DEFAULT_GAP);
     assert_eq!(cert.status, CertifyStatus::Optimal);
     assert!(cert.incumbent.objective >= best * (1.0 - 1e-9));
@@ -210,9 +213,7 @@ fn the_default_gap_stays_within_its_tolerance_of_the_optimum() {
 
 #[test]
 fn a_node_limit_of_one_returns_the_root_bounds() {
-    let (root, k, pen, labels, _) = instance("sonar.csv", 22, 10, Kernel::Linear, 1.0, 1, true);
-    let best = brute_force(&root, &labels);
-    let (_, start) = supervised(&k, &pen, &labels).expect("supervised");
+    let (root, _, best, start) = small_case(("sonar.csv", Kernel::Linear, 1.0, 1, true));
     let cert = CertifyParams {
         gap: 0.0,
         node_limit: Some(1),
@@ -223,7 +224,9 @@ fn a_node_limit_of_one_returns_the_root_bounds() {
     .solve(&root, &[start], &AtomicBool::new(false), &mut |_| {})
     .expect("search");
     assert_eq!(cert.nodes, 1);
-    assert_eq!(cert.sdp_solves, 1);
+    // The root's cutting-plane loop: at most 30 solves (note B.4.10), each one a round.
+    assert!((1..=30).contains(&cert.sdp_solves));
+    assert_eq!(cert.root_rounds, cert.sdp_solves);
     assert!(cert.lower_bound <= best && cert.incumbent.objective >= best * (1.0 - 1e-9));
     // Cancelled before the second node: the same root.
     let cancelled = CertifyParams {
@@ -244,6 +247,70 @@ fn a_node_limit_of_one_returns_the_root_bounds() {
         assert_eq!(cancelled.nodes, 1);
     }
     assert!(cancelled.lower_bound <= best);
+}
+
+/// The root's cutting-plane loop (note B.4.6: OBBT, marginals, RLT cuts) keeps its bound
+/// between the bare relaxation's and the brute-force optimum.
+#[test]
+fn the_cut_loop_raises_the_root_bound_up_to_the_optimum() {
+    let mut raised = 0;
+    // All four with the balance row.
+    for (file, kernel, cl, seed, _) in small_cases() {
+        let (root, _, best, start) = small_case((file, kernel, cl, seed, true));
+        let root_of = |cut_loop: bool| {
+            CertifyParams {
+                gap: 0.0,
+                node_limit: Some(1),
+                cut_loop,
+                ..CertifyParams::default()
+            }
+            .check()
+            .expect("params")
+            .solve(
+                &root,
+                std::slice::from_ref(&start),
+                &AtomicBool::new(false),
+                &mut |_| {},
+            )
+            .expect("search")
+        };
+        let (bare, cut) = (root_of(false), root_of(true));
+        let what = format!("{file} {kernel:?} C_l {cl} seed {seed}");
+        assert_eq!(
+            (bare.sdp_solves, bare.obbt_rounds, bare.root_cuts),
+            (1, 0, 0),
+            "{what}"
+        );
+        assert!(cut.obbt_rounds >= 1, "{what}");
+        eprintln!(
+            "{what}: optimum {best}, bare root {} ({} solves), cut loop {} ({} solves, {} cuts)",
+            bare.root_lower_bound,
+            bare.sdp_solves,
+            cut.root_lower_bound,
+            cut.sdp_solves,
+            cut.root_cuts
+        );
+        assert!(bare.root_lower_bound <= best * (1.0 + 1e-9), "{what}");
+        assert!(
+            cut.root_lower_bound >= bare.root_lower_bound - 1e-7 * best,
+            "{what}: cut loop {} below bare {}",
+            cut.root_lower_bound,
+            bare.root_lower_bound
+        );
+        assert!(
+            cut.root_lower_bound <= best * (1.0 + 1e-9),
+            "{what}: cut loop {} above the optimum {best}",
+            cut.root_lower_bound
+        );
+        if cut.root_lower_bound > bare.root_lower_bound + 1e-3 * best {
+            raised += 1;
+        }
+    }
+    // Measured: 12.9 → 1.9 %, 16.2 → 9.9 %, 9.0 → 5.0 % and 23.0 → 6.5 % root gaps.
+    assert_eq!(
+        raised, 4,
+        "the cut loop raised some root bound by less than 0.1 %"
+    );
 }
 
 /// Note B.4.11: with K = ȳȳᵀ and C_l = C_u the root relaxation is tight and the optimum is the
@@ -295,8 +362,12 @@ fn the_ideal_kernel_gives_the_truth_with_a_zero_root_gap() {
 
 #[test]
 fn the_local_search_never_worsens_and_keeps_fixed_signs() {
-    let (root, _, _, labels, truth) =
-        instance("heart_statlog.csv", 40, 8, Kernel::Linear, 1.0, 7, true);
+    let ExactInstance {
+        root,
+        labels,
+        truth,
+        ..
+    } = exact_instance("heart_statlog.csv", 40, 8, Kernel::Linear, 1.0, 7, true);
     let unlabeled: Vec<usize> = (0..labels.len())
         .filter(|&i| labels[i] == Label::Unlabeled)
         .collect();
@@ -338,7 +409,12 @@ fn the_local_search_never_worsens_and_keeps_fixed_signs() {
 fn the_supervised_baseline_is_the_labelled_l2_svm() {
     // Its decision values on the labelled points are y_k(1 + μ_k) = x_k minus D's share:
     // K_LL·2C_L x = x − D·2C_L x, checked through QP (24) by clarabel on the labelled block.
-    let (_, k, pen, labels, _) = instance("sonar.csv", 30, 12, Kernel::Linear, 1.0, 9, true);
+    let ExactInstance {
+        gram: k,
+        penalties: pen,
+        labels,
+        ..
+    } = exact_instance("sonar.csv", 30, 12, Kernel::Linear, 1.0, 9, true);
     let (f, signs) = supervised(&k, &pen, &labels).expect("supervised");
     let labelled: Vec<usize> = (0..labels.len())
         .filter(|&i| labels[i] != Label::Unlabeled)
@@ -408,6 +484,14 @@ fn neyman(args: &[&str]) -> std::process::Output {
         .expect("run neyman")
 }
 
+/// `neyman ARGS`, which must succeed: its JSON report (stdout) and its log (stderr).
+fn neyman_json(args: &[&str]) -> (serde_json::Value, String) {
+    let out = neyman(args);
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    (serde_json::from_slice(&out.stdout).expect("json"), log)
+}
+
 /// The first `rows` rows of sonar.csv as a file, labels as given by `label`.
 fn sonar_file(
     dir: &tempfile::TempDir,
@@ -447,7 +531,7 @@ fn certify_reports_the_search_as_json() {
     let file = dir.path().join("both.csv");
     std::fs::write(&file, body).expect("write");
     let file = file.display().to_string();
-    let out = neyman(&[
+    let (r, log) = neyman_json(&[
         "certify",
         "--data",
         &file,
@@ -460,12 +544,6 @@ fn certify_reports_the_search_as_json() {
         "--report",
         "json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(r["status"], "optimal");
     let (obj, lb) = (
         r["objective"].as_f64().unwrap(),
@@ -488,6 +566,13 @@ fn certify_reports_the_search_as_json() {
     }
     assert!(r["root_gap"].as_f64().unwrap() >= 0.0);
     assert!(r["sdp_solves"].as_u64().unwrap() >= 1);
+    let rounds = r["root_rounds"].as_u64().unwrap();
+    assert!((1..=30).contains(&rounds));
+    assert!(r["root_cuts"].as_u64().is_some());
+    assert!(r["obbt_rounds"].as_u64().unwrap() >= 1);
+    assert!(r["obbt_seconds"].as_f64().unwrap() >= 0.0);
+    // One stderr line per root round.
+    assert_eq!(log.matches("root round").count() as u64, rounds, "{log}");
 }
 
 #[test]
@@ -589,7 +674,7 @@ fn certify_values_another_models_labelling_under_the_same_objective() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = neyman(&[
+    let (r, _) = neyman_json(&[
         "certify",
         "--data",
         &file,
@@ -600,12 +685,6 @@ fn certify_values_another_models_labelling_under_the_same_objective() {
         "--report",
         "json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(r["status"], "optimal");
     assert_eq!(r["labels"].as_array().unwrap().len(), 16);
     // No true labels for the 0 rows: no accuracy.

@@ -19,13 +19,12 @@ use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use neyman::data::Label;
 use neyman::learn::kernel::Kernel;
 use neyman::learn::s3vm::sdp::ipm::{SdpParams, SdpSolution, SdpStatus};
-use neyman::learn::s3vm::sdp::relax::{Balance, Relaxation, RltCut, RltKind};
+use neyman::learn::s3vm::sdp::relax::{Balance, Relaxation, RelaxedSdp, RltCut, RltKind};
 use neyman::learn::s3vm::sdp::tighten::{
-    cut_duals, project_boxes, rlt_violation, Direction, Infeasibility, Obbt, TightenParams,
-    TightenValidParams,
+    cut_duals, project_boxes, rlt_violation, Direction, Infeasibility, Marginals, Obbt,
+    TightenParams, TightenValidParams,
 };
 use neyman::learn::s3vm::sdp::SdpProblem;
 
@@ -40,20 +39,6 @@ fn solve(problem: &SdpProblem) -> SdpSolution {
 
 fn params() -> TightenValidParams {
     TightenParams::default().check().expect("default params")
-}
-
-/// The instance protocol of `bench sdp` (tests/common/exact.rs) with the balance row:
-/// the root relaxation and the true labels.
-fn data_instance(
-    file: &str,
-    rows: usize,
-    labelled: usize,
-    kernel: Kernel,
-    cl: f64,
-    seed: u64,
-) -> (Relaxation, Vec<Label>) {
-    let instance = exact_instance(file, rows, labelled, kernel, cl, seed, true);
-    (instance.root, instance.truth)
 }
 
 /// A relaxation with random positive definite C and random boxes: each point's box is one of
@@ -263,7 +248,7 @@ fn separation_caps_orders_and_skips_existing_cuts() {
 /// the unlabeled boxes [−4, 4] (a made-up branch; the bound only has to rise).
 #[test]
 fn separated_cuts_raise_the_bound_of_a_real_node() {
-    let (mut relaxation, _) = data_instance("sonar.csv", 40, 6, Kernel::Linear, 1.0, 3);
+    let mut relaxation = exact_instance("sonar.csv", 40, 6, Kernel::Linear, 1.0, 3, true).root;
     let n = relaxation.lower.len();
     for k in 0..n {
         relaxation.lower[k] = relaxation.lower[k].max(-4.0);
@@ -545,26 +530,47 @@ fn assert_kept(relaxation: &Relaxation, all: &[(Vec<f64>, f64)], upper: f64, wha
 fn enumerable() -> Vec<(Relaxation, &'static str)> {
     vec![
         (
-            data_instance("sonar.csv", 14, 4, Kernel::Linear, 1.0, 5).0,
+            exact_instance("sonar.csv", 14, 4, Kernel::Linear, 1.0, 5, true).root,
             "sonar linear",
         ),
         (
-            data_instance(
+            exact_instance(
                 "heart_statlog.csv",
                 14,
                 4,
                 Kernel::Rbf { gamma: 0.1 },
                 3.0,
                 2,
+                true,
             )
-            .0,
+            .root,
             "heart rbf",
         ),
         (
-            data_instance("ionosphere.csv", 14, 4, Kernel::Rbf { gamma: 0.05 }, 1.0, 9).0,
+            exact_instance(
+                "ionosphere.csv",
+                14,
+                4,
+                Kernel::Rbf { gamma: 0.05 },
+                1.0,
+                9,
+                true,
+            )
+            .root,
             "ionosphere rbf",
         ),
     ]
+}
+
+/// Builds and solves the node's relaxation, then tightens the node by that solve's marginals
+/// for the incumbent `upper`: the relaxation, its solution and what tightening did.
+fn solve_and_tighten(node: &mut Relaxation, upper: f64) -> (RelaxedSdp, SdpSolution, Marginals) {
+    let relaxed = node.build().expect("build");
+    let solution = solve(&relaxed.problem);
+    let outcome = params()
+        .tighten_marginals(node, &relaxed, &solution.primal, &solution.duals, upper)
+        .expect("marginals");
+    (relaxed, solution, outcome)
 }
 
 #[test]
@@ -576,17 +582,7 @@ fn marginals_keep_every_labelling_at_or_below_the_incumbent() {
         for factor in [1.0, 1.02, 1.2] {
             let upper = optimum * factor;
             let mut node = root.clone();
-            let relaxed = node.build().expect("build");
-            let solution = solve(&relaxed.problem);
-            let outcome = params()
-                .tighten_marginals(
-                    &mut node,
-                    &relaxed,
-                    &solution.primal,
-                    &solution.duals,
-                    upper,
-                )
-                .expect("tighten");
+            let (_, _, outcome) = solve_and_tighten(&mut node, upper);
             assert_eq!(outcome.infeasible, None, "{what} ×{factor}");
             assert!(
                 outcome.lower_bound <= optimum,
@@ -722,18 +718,8 @@ fn the_node_loop_keeps_every_labelling() {
         assert_eq!(round.infeasible, None);
         let mut bounds = vec![bound_before];
         for step in 0..3 {
-            let relaxed = node.build().expect("build");
-            let solution = solve(&relaxed.problem);
+            let (relaxed, solution, outcome) = solve_and_tighten(&mut node, upper);
             bounds.push(solution.primal_objective);
-            let outcome = params()
-                .tighten_marginals(
-                    &mut node,
-                    &relaxed,
-                    &solution.primal,
-                    &solution.duals,
-                    upper,
-                )
-                .expect("marginals");
             assert_eq!(outcome.infeasible, None, "{what} step {step}");
             assert_kept(&node, &all, upper, &format!("{what} step {step}"));
             let duals = cut_duals(&relaxed, &solution.duals).expect("duals");
@@ -761,17 +747,7 @@ fn the_node_loop_keeps_every_labelling() {
             }
             let child_all = labellings(&child);
             let round = params().obbt(&mut child, upper).expect("obbt");
-            let relaxed = child.build().expect("build");
-            let solution = solve(&relaxed.problem);
-            let outcome = params()
-                .tighten_marginals(
-                    &mut child,
-                    &relaxed,
-                    &solution.primal,
-                    &solution.duals,
-                    upper,
-                )
-                .expect("marginals");
+            let (_, _, outcome) = solve_and_tighten(&mut child, upper);
             if round.infeasible.is_some() || outcome.infeasible.is_some() {
                 // Then no labelling of the child may be at or below the incumbent.
                 assert!(
@@ -787,104 +763,5 @@ fn the_node_loop_keeps_every_labelling() {
                 &format!("{what} child {positive}"),
             );
         }
-    }
-}
-
-/// The figures of docs/exact-s3vm.md §9, by hand (`cargo test --profile test --test tighten
-/// -- --ignored --nocapture`): per instance the root bound, the incumbent (the better QP (24)
-/// of the true labels and of sign(x̂)), one OBBT round's time and effect, and the bound after
-/// OBBT and after rounds of marginals and cuts. Timing only printed, never asserted.
-#[test]
-#[ignore]
-fn measure_obbt_and_root_bounds() {
-    let cases = [
-        ("sonar.csv", 100, Kernel::Linear),
-        ("sonar.csv", 200, Kernel::Linear),
-        ("ionosphere.csv", 100, Kernel::Rbf { gamma: 1.0 / 34.0 }),
-        ("ionosphere.csv", 200, Kernel::Rbf { gamma: 1.0 / 34.0 }),
-        ("heart_statlog.csv", 100, Kernel::Linear),
-        ("heart_statlog.csv", 200, Kernel::Linear),
-    ];
-    for (file, rows, kernel) in cases {
-        let (root, truth) = data_instance(file, rows, rows / 10, kernel, 1.0, 1);
-        let n = root.lower.len();
-        let relaxed = root.build().expect("build");
-        let solution = solve(&relaxed.problem);
-        let x_hat: Vec<f64> = (0..n).map(|i| solution.primal[(i, n)]).collect();
-        let truth_signs: Vec<f64> = truth.iter().map(|l| f64::from(l.code())).collect();
-        let rounded: Vec<f64> = (0..n)
-            .map(|i| {
-                if root.lower[i] >= 1.0 || (root.upper[i] > -1.0 && x_hat[i] >= 0.0) {
-                    1.0
-                } else {
-                    -1.0
-                }
-            })
-            .collect();
-        let upper = [qp24(&root, &truth_signs), qp24(&root, &rounded)]
-            .into_iter()
-            .flatten()
-            .map(|l| l.1)
-            .fold(f64::INFINITY, f64::min);
-        let root_bound = relaxed
-            .safe_lower_bound(&solution.duals, Some(upper))
-            .expect("bound")
-            .value;
-        let mut node = root.clone();
-        let started = std::time::Instant::now();
-        let round = params().obbt(&mut node, upper).expect("obbt");
-        let obbt_seconds = started.elapsed().as_secs_f64();
-        let fixed = (0..n)
-            .filter(|&k| root.lower[k] < 1.0 && root.upper[k] > -1.0)
-            .filter(|&k| node.lower[k] >= 1.0 || node.upper[k] <= -1.0)
-            .count();
-        let mut bounds = Vec::new();
-        let started = std::time::Instant::now();
-        // Each round adds up to 3n rows; the Schur complement grows with their square.
-        let rounds = if n <= 100 { 4 } else { 2 };
-        for _ in 0..rounds {
-            let relaxed = node.build().expect("build");
-            let solution = solve(&relaxed.problem);
-            let lb = relaxed
-                .safe_lower_bound(&solution.duals, Some(upper))
-                .expect("bound")
-                .value;
-            bounds.push(lb);
-            let outcome = params()
-                .tighten_marginals(
-                    &mut node,
-                    &relaxed,
-                    &solution.primal,
-                    &solution.duals,
-                    upper,
-                )
-                .expect("marginals");
-            if outcome.infeasible.is_some() {
-                break;
-            }
-            let duals = cut_duals(&relaxed, &solution.duals).expect("duals");
-            let cuts = params()
-                .separate_cuts(&node, &solution.primal, &duals)
-                .expect("cuts");
-            node.cuts = cuts.apply(&node.cuts);
-        }
-        let loop_seconds = started.elapsed().as_secs_f64();
-        let gap = |lb: f64| 100.0 * (upper - lb) / upper;
-        println!(
-            "{file} n={n} {kernel:?}: UB {upper:.6}, root LB {root_bound:.6} (gap {:.2}%); OBBT: {:.2} s, {} problems, {} skipped, {} IPM iterations, worst certificate gap {:.1e}, {fixed} labels fixed, {:?}; LB after OBBT {:.6} (gap {:.2}%), after the last round {:.6} (gap {:.2}%, {} cuts, {loop_seconds:.1} s); bounds {:?}",
-            gap(root_bound),
-            obbt_seconds,
-            round.solved,
-            round.skipped,
-            round.iterations,
-            round.worst_certificate_gap,
-            round.infeasible,
-            bounds[0],
-            gap(bounds[0]),
-            bounds.last().copied().unwrap_or(f64::NAN),
-            gap(bounds.last().copied().unwrap_or(f64::NAN)),
-            node.cuts.len(),
-            bounds.iter().map(|b| format!("{b:.5}")).collect::<Vec<_>>()
-        );
     }
 }

@@ -22,7 +22,7 @@ use super::sdp::{exact_instance, finite_or_null};
 use super::{read_model, CliError};
 use crate::data::{read, Dataset, Label};
 use crate::learn::s3vm::exact::{
-    qp24, relative_gap, supervised, CertifyParams, ExactError, SearchProgress,
+    qp24, relative_gap, supervised, CertifyParams, ExactError, SearchEvent, SearchProgress,
 };
 use crate::learn::s3vm::sdp::relax::Relaxation;
 use crate::learn::Scorer;
@@ -120,6 +120,10 @@ pub fn certify(args: &CertifyArgs) -> Result<(), CliError> {
         "root_lower_bound": finite_or_null(certificate.root_lower_bound),
         "root_gap": relative_gap(certificate.root_upper_bound, certificate.root_lower_bound),
         "sdp_solves": certificate.sdp_solves,
+        "root_rounds": certificate.root_rounds,
+        "root_cuts": certificate.root_cuts,
+        "obbt_rounds": certificate.obbt_rounds,
+        "obbt_seconds": certificate.obbt_seconds,
         "seconds": seconds,
         "rows": data.len(),
         "labelled": model.labelled,
@@ -208,18 +212,42 @@ impl SearchLog {
         }
     }
 
-    fn show(&mut self, p: &SearchProgress) {
+    fn show(&mut self, event: &SearchEvent) {
+        let p = match event {
+            SearchEvent::Node(p) => p,
+            SearchEvent::Root(r) => {
+                return self.print(format!(
+                    "certify {:.1} s: root round {}, cuts +{} -{} = {}, LB {:.6e}, gap {:.3} %",
+                    r.seconds,
+                    r.round,
+                    r.added,
+                    r.removed,
+                    r.cuts,
+                    r.lower,
+                    100.0 * relative_gap(r.upper, r.lower)
+                ))
+            }
+            SearchEvent::Obbt(o) => {
+                return self.print(format!(
+                    "certify {:.1} s: OBBT for UB {:.6e}: {} bounds moved, {:.2} s",
+                    o.seconds, o.upper, o.changed, o.took
+                ))
+            }
+        };
         let line = describe(p);
         if let Some(bar) = &self.bar {
             bar.set_message(line.clone());
         }
         if p.nodes == 1 || self.last.elapsed() >= self.every {
             self.last = Instant::now();
-            let line = format!("certify {:.0} s: {line}", p.seconds);
-            match &self.bar {
-                Some(bar) => bar.println(line),
-                None => eprintln!("{line}"),
-            }
+            self.print(format!("certify {:.0} s: {line}", p.seconds));
+        }
+    }
+
+    fn print(&self, line: String) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
         }
     }
 }

@@ -9,14 +9,17 @@
 //! - [`heuristic`]: the 2-opt local search of note B.4.7 (Proposition 2, O(1) pair moves).
 //! - [`branching`]: the rank-sum rule of note B.4.8 with the most-fractional fallback.
 //!
-//! A node (note B.4.6) is the working form (17): boxes L ≤ x ≤ U (branching sets U_i = −1 in
-//! one child and L_i = 1 in the other), the RLT cuts it inherits (none are separated here
-//! yet; bound tightening and cut separation plug in on the node's boxes, the incumbent UB
-//! and the cut set), and the bound of its parent. Its relaxation's safe bound, with
-//! T = 1 + UB/λ_min(C) from the incumbent, decides: prune when (UB − LB)/UB < `gap` (with
-//! `gap` = 0 only when LB ≥ UB), else run the heuristic from the relaxation's x̂ and branch.
-//! A node with every sign fixed is a leaf, solved exactly by QP (24). The global lower bound
-//! is the least bound over open nodes and nodes pruned on the gap, capped by the incumbent.
+//! A node (note B.4.6) is the working form (17): boxes L ≤ x ≤ U and ū (branching sets
+//! U_i = −1 in one child and L_i = 1 in the other), the RLT cuts it inherits, and the bound
+//! of its parent. Its bounding loop: the boxes intersected with the root's OBBT boxes
+//! (note B.4.1, one round once an incumbent exists and again when it falls by `obbt_rerun`)
+//! and projected (Remark 2; empty → pruned), then per round relaxation (20), its safe bound
+//! with T from the incumbent, the heuristic from x̂, marginals tightening (B.4.4) and RLT
+//! separation/removal (B.4.3), re-solving while the bound rises by more than `stall`, at most
+//! `max_rounds` solves. Prune when (UB − LB)/UB < `gap` (with `gap` = 0 only when LB ≥ UB),
+//! else branch; the children inherit the tightened boxes and the final cut set. A node with
+//! every sign fixed is a leaf, solved exactly by QP (24). The global lower bound is the least
+//! bound over open nodes and nodes pruned on the gap, capped by the incumbent.
 
 pub mod branching;
 pub mod heuristic;
@@ -31,6 +34,9 @@ use faer::Mat;
 
 use super::sdp::ipm::{SdpParams, SdpStatus, SdpValidParams};
 use super::sdp::relax::{objective_matrix, Relaxation, RltCut, RowKind};
+use super::sdp::tighten::{
+    cut_duals, project_boxes, TightenError, TightenParams, TightenValidParams,
+};
 use super::sdp::SdpError;
 use crate::data::Label;
 use qp24::Qp24Solution;
@@ -49,6 +55,8 @@ pub enum ExactError {
     NoIncumbent,
     #[error(transparent)]
     Sdp(#[from] SdpError),
+    #[error(transparent)]
+    Tighten(#[from] TightenError),
 }
 
 /// The search's settings (unchecked); [`CertifyParams::check`] validates them.
@@ -62,6 +70,19 @@ pub struct CertifyParams {
     /// Nodes (root counted) after which the search stops with [`CertifyStatus::NodeLimit`].
     pub node_limit: Option<usize>,
     pub sdp: SdpParams,
+    /// The node bounding loop of note B.4.6 (marginals tightening, RLT cuts, re-solves) and
+    /// OBBT at the root; `false`: one solve of the bare relaxation per node (for comparison).
+    pub cut_loop: bool,
+    /// Solves per node at most (note B.4.10: 30).
+    pub max_rounds: usize,
+    /// Re-solve while the safe bound rises by more than this, relative (note B.4.10: 1e-3).
+    pub stall: f64,
+    /// Re-run OBBT on the root boxes when the incumbent has fallen by more than this,
+    /// relative, since the last round (note B.4.6 step 3 re-runs on every improvement; a
+    /// round costs 2u small QCQPs, docs/exact-s3vm.md §9).
+    pub obbt_rerun: f64,
+    /// RLT and tightening tolerances (note B.4.10).
+    pub tighten: TightenParams,
 }
 
 impl Default for CertifyParams {
@@ -71,6 +92,11 @@ impl Default for CertifyParams {
             time_limit: None,
             node_limit: None,
             sdp: SdpParams::default(),
+            cut_loop: true,
+            max_rounds: 30,
+            stall: 1e-3,
+            obbt_rerun: 1e-2,
+            tighten: TightenParams::default(),
         }
     }
 }
@@ -96,9 +122,20 @@ impl CertifyParams {
         if self.node_limit == Some(0) {
             return Err(ExactError::Param("the node limit must be ≥ 1".into()));
         }
+        if self.max_rounds == 0 {
+            return Err(ExactError::Param("the solves per node must be ≥ 1".into()));
+        }
+        for (name, v) in [("stall", self.stall), ("obbt_rerun", self.obbt_rerun)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(ExactError::Param(format!(
+                    "{name} must be finite and ≥ 0, got {v}"
+                )));
+            }
+        }
         Ok(CertifyValidParams {
             params: self,
             sdp: self.sdp.check()?,
+            tighten: self.tighten.check()?,
         })
     }
 }
@@ -108,6 +145,7 @@ impl CertifyParams {
 pub struct CertifyValidParams {
     params: CertifyParams,
     sdp: SdpValidParams,
+    tighten: TightenValidParams,
 }
 
 /// How the search ended.
@@ -137,6 +175,13 @@ pub struct Certificate {
     /// The incumbent's objective when the root was done.
     pub root_upper_bound: f64,
     pub sdp_solves: usize,
+    /// The root's solves (its cutting-plane rounds, the first solve counted) and the size of
+    /// its final cut set.
+    pub root_rounds: usize,
+    pub root_cuts: usize,
+    /// OBBT rounds on the root boxes and their seconds.
+    pub obbt_rounds: usize,
+    pub obbt_seconds: f64,
 }
 
 /// (UB − LB)/UB, 0 when LB ≥ UB.
@@ -159,11 +204,54 @@ pub struct SearchProgress {
     pub seconds: f64,
 }
 
-/// One open node of the tree.
-struct Node {
+/// One solve of the root's cutting-plane loop (note B.4.6).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RootRound {
+    /// 1 for the first solve.
+    pub round: usize,
+    /// Cuts added and removed before this solve, and the cuts it had.
+    pub added: usize,
+    pub removed: usize,
+    pub cuts: usize,
+    /// The root's safe bound so far (the best over its solves) and the incumbent.
+    pub lower: f64,
+    pub upper: f64,
+    pub seconds: f64,
+}
+
+/// One OBBT round on the root boxes (note B.4.1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ObbtReport {
+    /// The incumbent it ran for.
+    pub upper: f64,
+    /// Entries of L, U, ū moved.
+    pub changed: usize,
+    /// Seconds of the round; `seconds` since the search started.
+    pub took: f64,
+    pub seconds: f64,
+}
+
+/// What the search tells whoever shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SearchEvent {
+    /// After every node.
+    Node(SearchProgress),
+    Root(RootRound),
+    Obbt(ObbtReport),
+}
+
+/// The boxes and cuts a node is bounded on (working form (17)): L, U, ū and the RLT cuts.
+#[derive(Debug, Clone)]
+struct Boxes {
     lower: Vec<f64>,
     upper: Vec<f64>,
+    diag_upper: Vec<f64>,
     cuts: Vec<RltCut>,
+}
+
+/// One open node of the tree.
+struct Node {
+    boxes: Boxes,
     /// The parent's safe bound (the root: −∞).
     bound: f64,
     /// Creation order: ties between equal bounds go to the older node, so a run is
@@ -211,6 +299,24 @@ impl Incumbent {
     }
 }
 
+/// What the search keeps across nodes: the incumbent, the root boxes OBBT tightened (valid
+/// for every point at or below the incumbent, so every node is intersected with them), the
+/// counters and the event sink.
+struct Search<'a> {
+    started: Instant,
+    incumbent: Option<Incumbent>,
+    /// The root's boxes after OBBT; `None` before the first round.
+    global: Option<Boxes>,
+    /// The incumbent the last OBBT round ran for.
+    obbt_upper: f64,
+    sdp_solves: usize,
+    root_rounds: usize,
+    root_cuts: usize,
+    obbt_rounds: usize,
+    obbt_seconds: f64,
+    events: &'a mut dyn FnMut(&SearchEvent),
+}
+
 /// Whether a node of bound `lower` can go: LB ≥ UB, or (UB − LB)/UB < gap.
 fn prunable(lower: f64, upper: f64, gap: f64) -> bool {
     lower >= upper || (upper.is_finite() && upper - lower < gap * upper.abs())
@@ -231,20 +337,31 @@ impl CertifyValidParams {
     /// The branch-and-bound from the root relaxation `root` (its C, boxes — the labelled
     /// points' signs — and balance row; its cuts are the root's). `starts` are labellings
     /// (±1 per point) the incumbent is first sought from, each through QP (24) and the local
-    /// search; `cancel` set stops the search with [`CertifyStatus::Cancelled`]; `progress`
-    /// sees the state after every node.
+    /// search; `cancel` set stops the search with [`CertifyStatus::Cancelled`]; `events`
+    /// sees the state after every node, each root cutting-plane round and each OBBT round.
     pub fn solve(
         &self,
         root: &Relaxation,
         starts: &[Vec<f64>],
         cancel: &AtomicBool,
-        progress: &mut dyn FnMut(&SearchProgress),
+        events: &mut dyn FnMut(&SearchEvent),
     ) -> Result<Certificate, ExactError> {
-        let started = Instant::now();
         let params = &self.params;
         let n = root.c.nrows();
         let balance = root.balance.as_ref();
-        let mut incumbent: Option<Incumbent> = None;
+        let search_started = Instant::now();
+        let mut search = Search {
+            started: search_started,
+            incumbent: None,
+            global: None,
+            obbt_upper: f64::INFINITY,
+            sdp_solves: 0,
+            root_rounds: 0,
+            root_cuts: 0,
+            obbt_rounds: 0,
+            obbt_seconds: 0.0,
+            events,
+        };
         let root_free: Vec<usize> = (0..n)
             .filter(|&i| fixed_sign(root.lower[i], root.upper[i]).is_none())
             .collect();
@@ -256,26 +373,29 @@ impl CertifyValidParams {
                 )));
             }
             if let Some((s, sol)) = heuristic::improve(&root.c, signs, &root_free, balance)? {
-                Incumbent::offer(&mut incumbent, s, sol);
+                Incumbent::offer(&mut search.incumbent, s, sol);
             }
         }
         let mut heap = BinaryHeap::new();
         heap.push(Node {
-            lower: root.lower.clone(),
-            upper: root.upper.clone(),
-            cuts: root.cuts.clone(),
+            boxes: Boxes {
+                lower: root.lower.clone(),
+                upper: root.upper.clone(),
+                diag_upper: root.diag_upper.clone(),
+                cuts: root.cuts.clone(),
+            },
             bound: f64::NEG_INFINITY,
             id: 0,
         });
         let mut next_id = 1u64;
-        let (mut nodes, mut sdp_solves) = (0usize, 0usize);
+        let mut nodes = 0usize;
         // The least bound of the nodes pruned on the gap (their subtrees may hold a slightly
         // better labelling).
         let mut pruned_bound = f64::INFINITY;
         let (mut root_lower_bound, mut root_upper_bound) = (f64::NEG_INFINITY, f64::INFINITY);
         let mut status = CertifyStatus::Optimal;
         while let Some(node) = heap.peek() {
-            let upper = Incumbent::upper(&incumbent);
+            let upper = Incumbent::upper(&search.incumbent);
             if prunable(node.bound, upper, params.gap) {
                 if node.bound < upper {
                     pruned_bound = pruned_bound.min(node.bound);
@@ -290,7 +410,7 @@ impl CertifyValidParams {
                 }
                 if params
                     .time_limit
-                    .is_some_and(|t| started.elapsed().as_secs_f64() >= t)
+                    .is_some_and(|t| search.started.elapsed().as_secs_f64() >= t)
                 {
                     status = CertifyStatus::TimeLimit;
                     break;
@@ -302,45 +422,53 @@ impl CertifyValidParams {
             }
             let Some(node) = heap.pop() else { break };
             nodes += 1;
-            let outcome = self.evaluate(root, &node, &mut incumbent, &mut sdp_solves)?;
+            let out_of_time = || {
+                cancel.load(Ordering::Relaxed)
+                    || params
+                        .time_limit
+                        .is_some_and(|t| search_started.elapsed().as_secs_f64() >= t)
+            };
+            let outcome = self.evaluate(root, &node, nodes == 1, &out_of_time, &mut search)?;
             if nodes == 1 {
                 root_lower_bound = match &outcome {
                     Outcome::Closed(b) | Outcome::Branch { bound: b, .. } => *b,
                 };
-                root_upper_bound = Incumbent::upper(&incumbent);
+                root_upper_bound = Incumbent::upper(&search.incumbent);
             }
             match outcome {
                 Outcome::Closed(bound) => {
-                    if bound < Incumbent::upper(&incumbent) {
+                    if bound < Incumbent::upper(&search.incumbent) {
                         pruned_bound = pruned_bound.min(bound);
                     }
                 }
-                Outcome::Branch { bound, point } => {
+                Outcome::Branch {
+                    bound,
+                    point,
+                    boxes,
+                } => {
                     for (lower, upper) in [(f64::NEG_INFINITY, -1.0), (1.0, f64::INFINITY)] {
                         let mut child = Node {
-                            lower: node.lower.clone(),
-                            upper: node.upper.clone(),
-                            cuts: node.cuts.clone(),
+                            boxes: boxes.clone(),
                             bound,
                             id: next_id,
                         };
                         next_id += 1;
-                        child.lower[point] = child.lower[point].max(lower);
-                        child.upper[point] = child.upper[point].min(upper);
+                        child.boxes.lower[point] = child.boxes.lower[point].max(lower);
+                        child.boxes.upper[point] = child.boxes.upper[point].min(upper);
                         heap.push(child);
                     }
                 }
             }
-            let upper = Incumbent::upper(&incumbent);
-            progress(&SearchProgress {
+            let upper = Incumbent::upper(&search.incumbent);
+            (search.events)(&SearchEvent::Node(SearchProgress {
                 nodes,
                 open: heap.len(),
                 upper,
                 lower: global_lower(&heap, pruned_bound, upper),
-                seconds: started.elapsed().as_secs_f64(),
-            });
+                seconds: search.started.elapsed().as_secs_f64(),
+            }));
         }
-        let Some(best) = incumbent else {
+        let Some(best) = search.incumbent else {
             return Err(ExactError::NoIncumbent);
         };
         let upper = best.solution.objective;
@@ -352,101 +480,245 @@ impl CertifyValidParams {
             nodes,
             root_lower_bound,
             root_upper_bound,
-            sdp_solves,
+            sdp_solves: search.sdp_solves,
+            root_rounds: search.root_rounds,
+            root_cuts: search.root_cuts,
+            obbt_rounds: search.obbt_rounds,
+            obbt_seconds: search.obbt_seconds,
         })
     }
 
-    /// Bounds one node: a leaf by QP (24); otherwise relaxation (20), its safe bound, the
-    /// heuristic from x̂ and the branching point.
+    /// One OBBT round (note B.4.1) on the root boxes when it is due — the first incumbent,
+    /// or one more than `obbt_rerun` below the last round's — kept as the boxes every node is
+    /// intersected with. An infeasible outcome (no point below the incumbent) leaves the
+    /// boxes: the nodes then close on their own bounds.
+    fn obbt_round(&self, root: &Relaxation, search: &mut Search<'_>) -> Result<(), ExactError> {
+        let upper = Incumbent::upper(&search.incumbent);
+        let due = upper.is_finite()
+            && (search.obbt_upper.is_infinite()
+                || upper < search.obbt_upper * (1.0 - self.params.obbt_rerun));
+        if !(self.params.cut_loop && due) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let mut relaxation = root.clone();
+        if let Some(global) = &search.global {
+            relaxation.lower.clone_from(&global.lower);
+            relaxation.upper.clone_from(&global.upper);
+            relaxation.diag_upper.clone_from(&global.diag_upper);
+        }
+        let round = self.tighten.obbt(&mut relaxation, upper)?;
+        let took = started.elapsed().as_secs_f64();
+        search.obbt_upper = upper;
+        search.obbt_rounds += 1;
+        search.obbt_seconds += took;
+        if round.infeasible.is_none() {
+            search.global = Some(Boxes {
+                lower: relaxation.lower,
+                upper: relaxation.upper,
+                diag_upper: relaxation.diag_upper,
+                cuts: Vec::new(),
+            });
+        }
+        (search.events)(&SearchEvent::Obbt(ObbtReport {
+            upper,
+            changed: round.changed,
+            took,
+            seconds: search.started.elapsed().as_secs_f64(),
+        }));
+        Ok(())
+    }
+
+    /// Bounds one node by the loop of note B.4.6: the node's boxes (intersected with the
+    /// OBBT boxes) projected (Remark 2); then per round relaxation (20), its safe bound, the
+    /// heuristic from x̂ when its labelling is new here, marginals tightening (B.4.4) and cut
+    /// management (B.4.3), until the bound stalls (`stall`), `max_rounds` solves, the node
+    /// prunes, or nothing changed. Every tightening keeps each point of the node at or below
+    /// the incumbent, so the best bound over the rounds bounds the node (a node with no such
+    /// point closes at the incumbent). A node whose signs are all fixed is a leaf, solved
+    /// exactly by QP (24).
     fn evaluate(
         &self,
         root: &Relaxation,
         node: &Node,
-        incumbent: &mut Option<Incumbent>,
-        sdp_solves: &mut usize,
+        is_root: bool,
+        out_of_time: &dyn Fn() -> bool,
+        search: &mut Search<'_>,
     ) -> Result<Outcome, ExactError> {
         let n = root.c.nrows();
         let balance = root.balance.as_ref();
-        let signs_fixed: Vec<Option<f64>> = (0..n)
-            .map(|i| fixed_sign(node.lower[i], node.upper[i]))
-            .collect();
-        let undecided: Vec<usize> = (0..n).filter(|&i| signs_fixed[i].is_none()).collect();
-        if undecided.is_empty() {
-            let signs: Vec<f64> = signs_fixed.iter().map(|s| s.unwrap_or(1.0)).collect();
-            return Ok(match qp24::solve(&root.c, &signs, balance)? {
-                Some(sol) => {
-                    let value = sol.objective;
-                    Incumbent::offer(incumbent, signs, sol);
-                    Outcome::Closed(value)
-                }
-                None => Outcome::Closed(f64::INFINITY),
-            });
-        }
-        let relaxation = Relaxation {
+        let params = &self.params;
+        let mut relaxation = Relaxation {
             c: root.c.clone(),
-            lower: node.lower.clone(),
-            upper: node.upper.clone(),
-            diag_upper: node
-                .lower
-                .iter()
-                .zip(&node.upper)
-                .map(|(l, u)| (l * l).max(u * u))
-                .collect(),
+            lower: node.boxes.lower.clone(),
+            upper: node.boxes.upper.clone(),
+            diag_upper: node.boxes.diag_upper.clone(),
             balance: root.balance.clone(),
             rows: root.rows,
-            cuts: node.cuts.clone(),
+            cuts: node.boxes.cuts.clone(),
         };
-        let built = relaxation.build()?;
-        let solution = self.sdp.solve(&built.problem);
-        *sdp_solves += 1;
-        let upper = Incumbent::upper(incumbent);
-        let safe = built
-            .safe_lower_bound(&solution.duals, upper.is_finite().then_some(upper))?
-            .value;
-        let bound = node.bound.max(safe);
-        if solution.status == SdpStatus::Infeasible || prunable(bound, upper, self.params.gap) {
-            return Ok(Outcome::Closed(bound));
+        // Nothing in the node at or below the incumbent (or nothing at all).
+        let empty = |search: &Search<'_>, bound: f64| {
+            Outcome::Closed(bound.max(Incumbent::upper(&search.incumbent)))
+        };
+        self.obbt_round(root, search)?;
+        if !intersect_global(&mut relaxation, search) {
+            return Ok(empty(search, node.bound));
         }
-        let y = &solution.primal;
-        let x_hat: Vec<f64> = (0..n).map(|i| y[(i, n)]).collect();
-        let start: Vec<f64> = (0..n)
-            .map(|i| signs_fixed[i].unwrap_or(if x_hat[i] < 0.0 { -1.0 } else { 1.0 }))
-            .collect();
-        let x_bar = qp24::solve(&root.c, &start, balance)?.map(|s| s.x);
-        if let Some((signs, sol)) = heuristic::improve(&root.c, &start, &undecided, balance)? {
-            Incumbent::offer(incumbent, signs, sol);
-        }
-        if prunable(bound, Incumbent::upper(incumbent), self.params.gap) {
-            return Ok(Outcome::Closed(bound));
-        }
-        let mut diag_duals = vec![0.0; n];
-        for (kind, &dual) in built.kinds.iter().zip(&solution.duals) {
-            if let RowKind::DiagLower(i) = *kind {
-                diag_duals[i] = dual;
+        let mut bound = node.bound;
+        let mut tried: Vec<Vec<f64>> = Vec::new();
+        let (mut added, mut removed) = (0usize, 0usize);
+        let mut round = 0usize;
+        loop {
+            let signs_fixed: Vec<Option<f64>> = (0..n)
+                .map(|i| fixed_sign(relaxation.lower[i], relaxation.upper[i]))
+                .collect();
+            let undecided: Vec<usize> = (0..n).filter(|&i| signs_fixed[i].is_none()).collect();
+            if undecided.is_empty() {
+                let signs: Vec<f64> = signs_fixed.iter().map(|s| s.unwrap_or(1.0)).collect();
+                return Ok(match qp24::solve(&root.c, &signs, balance)? {
+                    Some(sol) => {
+                        let value = sol.objective;
+                        Incumbent::offer(&mut search.incumbent, signs, sol);
+                        Outcome::Closed(value)
+                    }
+                    None => Outcome::Closed(f64::INFINITY),
+                });
             }
+            let built = relaxation.build()?;
+            let solution = self.sdp.solve(&built.problem);
+            search.sdp_solves += 1;
+            round += 1;
+            let upper = Incumbent::upper(&search.incumbent);
+            let safe = built
+                .safe_lower_bound(&solution.duals, upper.is_finite().then_some(upper))?
+                .value;
+            let previous = bound;
+            bound = bound.max(safe);
+            if is_root {
+                search.root_rounds = round;
+                search.root_cuts = relaxation.cuts.len();
+                (search.events)(&SearchEvent::Root(RootRound {
+                    round,
+                    added,
+                    removed,
+                    cuts: relaxation.cuts.len(),
+                    lower: bound,
+                    upper,
+                    seconds: search.started.elapsed().as_secs_f64(),
+                }));
+            }
+            if solution.status == SdpStatus::Infeasible || prunable(bound, upper, params.gap) {
+                return Ok(Outcome::Closed(bound));
+            }
+            let y = &solution.primal;
+            let x_hat: Vec<f64> = (0..n).map(|i| y[(i, n)]).collect();
+            let start: Vec<f64> = (0..n)
+                .map(|i| signs_fixed[i].unwrap_or(if x_hat[i] < 0.0 { -1.0 } else { 1.0 }))
+                .collect();
+            if !tried.contains(&start) {
+                if let Some((signs, sol)) =
+                    heuristic::improve(&root.c, &start, &undecided, balance)?
+                {
+                    Incumbent::offer(&mut search.incumbent, signs, sol);
+                }
+                tried.push(start.clone());
+                // Note B.4.6 step 3: a better incumbent re-runs OBBT (when it is due).
+                let rounds = search.obbt_rounds;
+                if !out_of_time() {
+                    self.obbt_round(root, search)?;
+                }
+                if search.obbt_rounds > rounds && !intersect_global(&mut relaxation, search) {
+                    return Ok(empty(search, bound));
+                }
+            }
+            let upper = Incumbent::upper(&search.incumbent);
+            if prunable(bound, upper, params.gap) {
+                return Ok(Outcome::Closed(bound));
+            }
+            let stalled = round > 1 && bound - previous <= params.stall * previous.abs();
+            if params.cut_loop && round < params.max_rounds && !stalled && !out_of_time() {
+                let mut changed = 0;
+                if upper.is_finite() {
+                    let marginals = self.tighten.tighten_marginals(
+                        &mut relaxation,
+                        &built,
+                        y,
+                        &solution.duals,
+                        upper,
+                    )?;
+                    if marginals.infeasible.is_some() {
+                        return Ok(empty(search, bound));
+                    }
+                    changed = marginals.changed;
+                }
+                let duals = cut_duals(&built, &solution.duals)?;
+                let cuts = self.tighten.separate_cuts(&relaxation, y, &duals)?;
+                (added, removed) = (cuts.add.len(), cuts.drop.len());
+                relaxation.cuts = cuts.apply(&relaxation.cuts);
+                // Else the same relaxation would give the same bound.
+                if changed > 0 || added > 0 {
+                    continue;
+                }
+            }
+            let x_bar = qp24::solve(&root.c, &start, balance)?.map(|s| s.x);
+            let mut diag_duals = vec![0.0; n];
+            for (kind, &dual) in built.kinds.iter().zip(&solution.duals) {
+                if let RowKind::DiagLower(i) = *kind {
+                    diag_duals[i] = dual;
+                }
+            }
+            let view = branching::NodeView {
+                c: &root.c,
+                x_hat: &x_hat,
+                y,
+                diag_duals: &diag_duals,
+                x_bar: x_bar.as_deref(),
+                lower: &relaxation.lower,
+                upper: &relaxation.upper,
+            };
+            let point = branching::choose(&view, &undecided);
+            return Ok(Outcome::Branch {
+                bound,
+                point,
+                boxes: Boxes {
+                    lower: relaxation.lower,
+                    upper: relaxation.upper,
+                    diag_upper: relaxation.diag_upper,
+                    cuts: relaxation.cuts,
+                },
+            });
         }
-        let view = branching::NodeView {
-            c: &root.c,
-            x_hat: &x_hat,
-            y,
-            diag_duals: &diag_duals,
-            x_bar: x_bar.as_deref(),
-            lower: &node.lower,
-            upper: &node.upper,
-        };
-        Ok(Outcome::Branch {
-            bound,
-            point: branching::choose(&view, &undecided),
-        })
     }
+}
+
+/// Intersects the node's boxes with the root's OBBT boxes and projects them (Remark 2);
+/// `false` when the node is then empty.
+fn intersect_global(relaxation: &mut Relaxation, search: &Search<'_>) -> bool {
+    if let Some(global) = &search.global {
+        for (i, l) in relaxation.lower.iter_mut().enumerate() {
+            *l = l.max(global.lower[i]);
+        }
+        for (i, u) in relaxation.upper.iter_mut().enumerate() {
+            *u = u.min(global.upper[i]);
+        }
+        for (i, d) in relaxation.diag_upper.iter_mut().enumerate() {
+            *d = d.min(global.diag_upper[i]);
+        }
+    }
+    project_boxes(relaxation).is_ok()
 }
 
 /// What evaluating a node gave.
 enum Outcome {
     /// Pruned, infeasible or a leaf, with its bound (∞ for an infeasible one).
     Closed(f64),
-    /// Branch on `point`; the children inherit `bound`.
-    Branch { bound: f64, point: usize },
+    /// Branch on `point`; the children inherit `bound` and the node's final `boxes`.
+    Branch {
+        bound: f64,
+        point: usize,
+        boxes: Boxes,
+    },
 }
 
 /// The global safe lower bound: the least of the open nodes' bounds, the gap-pruned nodes'
