@@ -48,7 +48,9 @@ use crate::engine::drift::{Detection, FeatureDetection, FeatureDrift, ScoreDrift
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
 use crate::engine::scoring::{score_one, ScoreOutput, UnscoredReason};
-use crate::engine::store::{trained_under, ModelStore, Skipped, StoreError, StoredModel};
+use crate::engine::store::{
+    trained_under, EngineState, ModelStore, Skipped, StoreError, StoredModel,
+};
 use crate::engine::window::{
     in_calibration, newest_held_out, Entry, InsertOutcome, Window, WindowConfig,
 };
@@ -186,8 +188,9 @@ struct Learner {
 struct RankMemory {
     rank_tau: f64,
     reg: f64,
-    /// The threshold's TPR estimate of the model trained right after the search.
-    tpr_at_choice: Option<f64>,
+    /// The threshold's TPR estimate of the model trained right after the search, and the
+    /// positives it is a share of.
+    tpr_at_choice: Option<(f64, usize)>,
     /// Retrains that reused it since.
     reused: usize,
     /// The training snapshot's rows at the search.
@@ -198,8 +201,13 @@ impl RankMemory {
     /// A kept depth is searched again after this many retrains, whatever they gave: the
     /// data's best depth can move without any single retrain showing it.
     const REUSE_LIMIT: usize = 20;
-    /// A TPR estimate this far below the search's means the depth stopped paying.
+    /// A TPR drop smaller than this is not worth a search, however sure: a search costs
+    /// 8–12 fits.
     const TPR_DROP: f64 = 0.05;
+    /// The one-sided normal quantile of the drop test, Φ⁻¹(1 − 0.05/20): a kept choice is
+    /// tested on each of its up to [`RankMemory::REUSE_LIMIT`] retrains, so a 5 % chance of
+    /// a search on noise alone over a choice's life (Bonferroni) asks for 0.25 % per test.
+    const DROP_Z: f64 = 2.807;
     /// A search is redone once the training snapshot holds this many times the rows it was
     /// made on: the first search runs on the first model's few rows (validation TPRs of a
     /// few dozen positives), and a choice made there would otherwise last 20 retrains.
@@ -208,6 +216,24 @@ impl RankMemory {
     /// Whether a retrain on `rows` training rows reuses this choice.
     fn reusable(&self, rows: usize) -> bool {
         self.reused < Self::REUSE_LIMIT && rows < Self::GROWTH.saturating_mul(self.rows_at_choice)
+    }
+
+    /// Whether a TPR estimate of `now` = (share, positives) fell below `then`'s beyond both
+    /// its sampling noise and [`RankMemory::TPR_DROP`]: `then − now > max(TPR_DROP, z·se)`,
+    /// with se the pooled two-proportion standard error
+    /// √(p̄(1 − p̄)(1/n₁ + 1/n₂)) and z = [`RankMemory::DROP_Z`]. A fixed 0.05 alone fires on
+    /// noise when the estimates rest on few positives: at TPR 0.85 on 300 positives each, two
+    /// draws of the same model differ by more than 0.05 once in 23 retrains (se 0.029). From
+    /// about 800 positives each on, z·se < 0.05 and the floor decides.
+    fn dropped(then: (f64, usize), now: (f64, usize)) -> bool {
+        let ((p1, n1), (p2, n2)) = (then, now);
+        if n1 == 0 || n2 == 0 {
+            return false;
+        }
+        let (n1, n2) = (n1 as f64, n2 as f64);
+        let pooled = (p1 * n1 + p2 * n2) / (n1 + n2);
+        let se = (pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2)).sqrt();
+        p1 - p2 > Self::TPR_DROP.max(Self::DROP_Z * se)
     }
 }
 
@@ -291,8 +317,9 @@ pub struct Engine {
     certificate_stale: bool,
     /// New negative-feedback events since the last `feedback` drift test.
     feedback_since_test: usize,
-    /// After a `feedback` detection: fresh thresholds use only events from this event time
-    /// on, the change's start as the detection window saw it.
+    /// After a detection: fresh thresholds use only events from this event time on, the
+    /// change's start as the detection saw it. Persisted in the state directory
+    /// ([`EngineState`]) and resumed.
     calibration_since: Option<i64>,
     /// The active model's scores of window events, for fresh thresholds and the feedback test.
     window_scores: WindowScores,
@@ -510,6 +537,13 @@ impl Engine {
         }
         for s in &skipped {
             tracing::warn!(path = %s.path.display(), reason = %s.reason, "model file not resumed");
+        }
+        match self.store.engine_state() {
+            Ok(state) => self.calibration_since = state.and_then(|s| s.calibration_since),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "engine state not resumed; fresh thresholds use the whole window"
+            ),
         }
         for m in &mut usable {
             self.resume_fresh_threshold(m);
@@ -940,7 +974,9 @@ impl Engine {
     /// marked stale.
     fn unlabeled_drift_detected(&mut self, signal: &str, at: i64) {
         self.drift_detected(signal);
-        self.calibration_since = Some(self.calibration_since.map_or(at, |since| since.max(at)));
+        self.set_calibration_since(Some(
+            self.calibration_since.map_or(at, |since| since.max(at)),
+        ));
         self.negatives_since_calibration = 0;
         self.positives_since_calibration = 0;
         if let Some(drift) = &mut self.drift {
@@ -1010,9 +1046,28 @@ impl Engine {
             "drift detected on the negative feedback: the threshold flags more than tau of the newest negatives; recalibrating on them"
         );
         self.drift_detected("feedback");
-        self.calibration_since = since;
+        self.set_calibration_since(since);
         if self.config.recalibrate.enabled {
             self.recalibrate();
+        }
+    }
+
+    /// Sets the cut of fresh thresholds' negatives and persists it when it changed
+    /// ([`EngineState`]): a restart that rebuilds the windows would otherwise calibrate on the
+    /// pre-change negatives again. A failed write is logged; the cut holds in memory.
+    fn set_calibration_since(&mut self, since: Option<i64>) {
+        if since == self.calibration_since {
+            return;
+        }
+        self.calibration_since = since;
+        let state = EngineState {
+            calibration_since: since,
+        };
+        if let Err(e) = self.store.save_engine_state(&state) {
+            tracing::warn!(
+                error = %e,
+                "cannot persist the calibration cut; after a restart fresh thresholds use the whole window"
+            );
         }
     }
 
@@ -1995,8 +2050,8 @@ impl Engine {
 
     /// Keeps a new ranking-depth choice, or judges the kept one by the model it gave: a
     /// refused useless model (no gain, constant scores, nothing flagged) or a TPR estimate
-    /// [`RankMemory::TPR_DROP`] below the search's means it stopped paying, and the next
-    /// retrain searches again.
+    /// below the search's beyond its noise ([`RankMemory::dropped`]) means it stopped paying,
+    /// and the next retrain searches again.
     fn remember_rank_choice(
         &mut self,
         choice: Option<RankChoice>,
@@ -2004,7 +2059,9 @@ impl Engine {
         rejection: Option<&RetrainOutcome>,
         rows: usize,
     ) {
-        let tpr = model.threshold().and_then(|t| t.tpr_estimate);
+        let tpr = model
+            .threshold()
+            .and_then(|t| Some((t.tpr_estimate?, t.calibration_positives)));
         let Some(learner) = self.learner.as_mut() else {
             return;
         };
@@ -2044,7 +2101,7 @@ impl Engine {
             })
         );
         let dropped = matches!((tpr, memory.tpr_at_choice),
-            (Some(now), Some(then)) if now < then - RankMemory::TPR_DROP);
+            (Some(now), Some(then)) if RankMemory::dropped(then, now));
         if useless || dropped {
             tracing::info!(
                 rank_tau = memory.rank_tau,
@@ -3611,6 +3668,49 @@ mod tests {
         }
     }
 
+    /// A detected change's cut of fresh thresholds' negatives survives a restart, a crash
+    /// included (no `finish`): it is written to `engine.json` when it changes and resumed. A
+    /// state directory without the file (an earlier release's), or with one that does not
+    /// parse, resumes without a cut; without `resume` nothing is read.
+    #[test]
+    fn a_restart_keeps_the_calibration_cut() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut e, registry) = engine_with(dir.path(), "", Box::new(Discard));
+        feed_until_first_model(&mut e, &registry);
+        assert_eq!(e.calibration_since, None);
+        let at = registry.active().expect("model").meta.trained_at_ms;
+        e.unlabeled_drift_detected("scores", at);
+        // A later detection moves the cut forward, never back.
+        e.unlabeled_drift_detected("features", at - 5_000);
+        assert_eq!(e.calibration_since, Some(at));
+        e.unlabeled_drift_detected("scores", at + 7_000);
+        assert_eq!(e.calibration_since, Some(at + 7_000));
+        let store = e.store.clone();
+        drop(e);
+        let resume = |resume: bool| {
+            engine_resuming(dir.path(), HASH_USMO, "", Box::new(Discard), resume)
+                .0
+                .calibration_since
+        };
+        assert_eq!(resume(true), Some(at + 7_000));
+        assert_eq!(resume(false), None);
+        let text = std::fs::read_to_string(store.engine_state_path()).expect("engine.json");
+        assert_eq!(text, format!(r#"{{"calibration_since":{}}}"#, at + 7_000));
+        // Fields added later are ignored by this release; a missing field is no cut.
+        std::fs::write(
+            store.engine_state_path(),
+            r#"{"calibration_since":12,"later":1}"#,
+        )
+        .expect("write");
+        assert_eq!(resume(true), Some(12));
+        std::fs::write(store.engine_state_path(), "{}").expect("write");
+        assert_eq!(resume(true), None);
+        std::fs::write(store.engine_state_path(), "{").expect("write");
+        assert_eq!(resume(true), None);
+        std::fs::remove_file(store.engine_state_path()).expect("remove");
+        assert_eq!(resume(true), None);
+    }
+
     /// A stored model whose checksum is valid but whose threshold is NaN or −∞ is not
     /// resumed (issue 21: it was served, scoring `null` as "scored"); the previous model is.
     /// With no usable file left, nothing is served.
@@ -4132,13 +4232,34 @@ mod tests {
         e.retrain();
         assert_eq!(searches(&e), 2, "searched again after being forgotten");
         if let Some(m) = e.learner.as_mut().and_then(|l| l.rank.as_mut()) {
-            m.tpr_at_choice = Some(2.0);
+            m.tpr_at_choice = Some((2.0, 1000));
         }
         e.retrain();
         assert_eq!(searches(&e), 2);
         assert!(memory(&e).is_none(), "a TPR drop forgets the depth");
         e.retrain();
         assert_eq!(searches(&e), 3);
+    }
+
+    /// A kept depth stops paying only on a TPR drop beyond both 0.05 and its noise.
+    #[test]
+    fn a_tpr_drop_within_its_noise_keeps_the_depth() {
+        // Φ⁻¹(1 − 0.05/20).
+        let z = std::f64::consts::SQRT_2 * statrs::function::erf::erf_inv(1.0 - 2.0 * 0.0025);
+        assert!((RankMemory::DROP_Z - z).abs() < 1e-3, "{z}");
+        // 0.885 on 3 489 positives, then 0.816 on 582 (the 1 M-event replay's first drop):
+        // se 0.0148, z·se 0.042 < 0.069.
+        assert!(RankMemory::dropped((0.885, 3489), (0.816, 582)));
+        // 0.85 then 0.79 on 300 each: se 0.0314, z·se 0.088 > 0.06 (the fixed 0.05 fired).
+        assert!(!RankMemory::dropped((0.85, 300), (0.79, 300)));
+        // 0.85 then 0.75 on 300 each: se 0.0327, z·se 0.092 < 0.10.
+        assert!(RankMemory::dropped((0.85, 300), (0.75, 300)));
+        // 0.04 on 5 000 each is far beyond noise (se 0.0076) but under the 0.05 floor.
+        assert!(!RankMemory::dropped((0.85, 5000), (0.81, 5000)));
+        assert!(RankMemory::dropped((0.85, 5000), (0.79, 5000)));
+        // No positives: nothing to judge by.
+        assert!(!RankMemory::dropped((0.9, 0), (0.1, 500)));
+        assert!(!RankMemory::dropped((0.9, 500), (0.0, 0)));
     }
 
     /// A `rank_tau` and `reg` that are numbers are used as they are: nothing is searched.

@@ -18,6 +18,11 @@
 //!   ids that model's snapshot held out to calibrate (a JSON array), so a restarted daemon
 //!   still knows which events it never trained on. Missing or unreadable: they count as
 //!   trained on, with a warning.
+//! - `engine.json`: the engine's state that is not a model's, [`EngineState`]: the event time
+//!   from which fresh thresholds take their negatives after a detected change, so a restart
+//!   (a crash included: it is written when it changes) keeps the cut. Missing (a state
+//!   directory of an earlier release) or unreadable: no cut, with a warning when unreadable.
+//!   Fields are only ever added, each with a default, so older files keep loading.
 //!
 //! Every write is atomic ([`crate::files`]). A reader therefore sees either the old file or the
 //! whole new one; a file that still fails its checksum (disk fault, manual edit), has no
@@ -39,6 +44,16 @@ struct FreshThreshold {
     version: u64,
     threshold_version: u64,
     threshold: ThresholdResult,
+}
+
+/// The engine's persisted state beside the models (`engine.json`). Every field has a default:
+/// a file of an earlier release, without it, loads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EngineState {
+    /// After a detected change, fresh thresholds take only negatives from this event time
+    /// (milliseconds) on ([`crate::engine::machine::Engine`]); `None`: every negative.
+    #[serde(default)]
+    pub calibration_since: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -244,6 +259,21 @@ impl ModelStore {
     /// Where the ids model `version` held out are (or would be) stored.
     pub fn held_out_path(&self, version: u64) -> PathBuf {
         self.beside_model(version, "heldout.json")
+    }
+
+    /// Where the engine's own state is stored ([`EngineState`]).
+    pub fn engine_state_path(&self) -> PathBuf {
+        self.dir.join("engine.json")
+    }
+
+    /// Persists the engine's own state (atomically).
+    pub fn save_engine_state(&self, state: &EngineState) -> Result<(), StoreError> {
+        write_json(&self.engine_state_path(), state)
+    }
+
+    /// The engine's stored state; `None` when there is none.
+    pub fn engine_state(&self) -> Result<Option<EngineState>, StoreError> {
+        read_json(&self.engine_state_path())
     }
 
     /// Persists `stored`'s threshold as its model's newest fresh one (atomically).
