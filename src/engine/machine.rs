@@ -515,6 +515,9 @@ impl Engine {
         }
         if resume {
             engine.resume()?;
+        } else if engine.store.engine_state_path().exists() {
+            // A fresh start must not leave an older run's cut for a later resumed one.
+            engine.store.save_engine_state(&EngineState::default())?;
         }
         Ok(engine)
     }
@@ -3671,7 +3674,7 @@ mod tests {
     /// A detected change's cut of fresh thresholds' negatives survives a restart, a crash
     /// included (no `finish`): it is written to `engine.json` when it changes and resumed. A
     /// state directory without the file (an earlier release's), or with one that does not
-    /// parse, resumes without a cut; without `resume` nothing is read.
+    /// parse, resumes without a cut; without `resume` nothing is read and the file is cleared.
     #[test]
     fn a_restart_keeps_the_calibration_cut() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -3693,9 +3696,12 @@ mod tests {
                 .calibration_since
         };
         assert_eq!(resume(true), Some(at + 7_000));
-        assert_eq!(resume(false), None);
         let text = std::fs::read_to_string(store.engine_state_path()).expect("engine.json");
         assert_eq!(text, format!(r#"{{"calibration_since":{}}}"#, at + 7_000));
+        // A fresh start (`--no-resume`) clears it, so a later resumed run does not take an
+        // older run's cut.
+        assert_eq!(resume(false), None);
+        assert_eq!(resume(true), None);
         // Fields added later are ignored by this release; a missing field is no cut.
         std::fs::write(
             store.engine_state_path(),
