@@ -531,7 +531,7 @@ fn certify_reports_the_search_as_json() {
     let file = dir.path().join("both.csv");
     std::fs::write(&file, body).expect("write");
     let file = file.display().to_string();
-    let (r, log) = neyman_json(&[
+    let args = [
         "certify",
         "--data",
         &file,
@@ -543,7 +543,8 @@ fn certify_reports_the_search_as_json() {
         "1",
         "--report",
         "json",
-    ]);
+    ];
+    let (r, log) = neyman_json(&args);
     assert_eq!(r["status"], "optimal");
     let (obj, lb) = (
         r["objective"].as_f64().unwrap(),
@@ -573,6 +574,25 @@ fn certify_reports_the_search_as_json() {
     assert!(r["obbt_seconds"].as_f64().unwrap() >= 0.0);
     // One stderr line per root round.
     assert_eq!(log.matches("root round").count() as u64, rounds, "{log}");
+    assert_eq!(r["threads"], 1);
+
+    // OBBT's problems on two threads: the same search, bound for bound.
+    let (two, _) = neyman_json(&[&args[..], &["--threads", "2"]].concat());
+    assert_eq!(two["threads"], 2);
+    for key in [
+        "status",
+        "objective",
+        "lower_bound",
+        "root_lower_bound",
+        "nodes",
+        "sdp_solves",
+        "root_rounds",
+        "root_cuts",
+        "obbt_rounds",
+        "labels",
+    ] {
+        assert_eq!(r[key], two[key], "{key}");
+    }
 }
 
 #[test]

@@ -404,7 +404,8 @@ pub struct CertifyArgs {
     /// Refuse files with more rows (the SDP is n×n: memory n², time about n³ per node).
     #[arg(long, default_value_t = 600)]
     pub max_rows: usize,
-    /// Accepted for the interface; nodes are evaluated on one thread (docs/exact-s3vm.md).
+    /// Threads for the bound tightening (OBBT) problems; nodes are evaluated one at a time
+    /// (docs/exact-s3vm.md). The result does not depend on it.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// A neyman model file whose labelling of the unlabeled rows is valued under the same

@@ -91,12 +91,18 @@ pub fn certify(args: &CertifyArgs) -> Result<(), CliError> {
         .chain(compare.clone())
         .collect();
     let root = Relaxation::for_labels(model.c.clone(), &data.labels, !args.no_balance)?;
-    if args.threads > 1 {
-        tracing::warn!(
-            "--threads {}: nodes are evaluated on one thread",
-            args.threads
-        );
-    }
+    // OBBT's problems run on these threads (nodes are evaluated one at a time); the result
+    // does not depend on their number.
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .thread_name(|i| format!("neyman-certify-{i}"))
+        .build_global()
+        .map_err(|e| {
+            CliError::Usage(format!(
+                "--threads {}: cannot start the threads: {e}",
+                args.threads
+            ))
+        })?;
     install_interrupt_handler();
     let started = Instant::now();
     let mut log = SearchLog::new(Duration::from_secs_f64(args.log_every));
@@ -133,7 +139,7 @@ pub fn certify(args: &CertifyArgs) -> Result<(), CliError> {
         "cu": model.cu,
         "balance": !args.no_balance,
         "rho": root.balance.as_ref().map(|b| b.rho),
-        "threads": 1,
+        "threads": args.threads,
         "labels": labels,
     });
     if let Some(truth) = &truth {

@@ -14,6 +14,7 @@
 
 use faer::linalg::solvers::{DenseSolveCore, Solve};
 use faer::Mat;
+use rayon::prelude::*;
 
 use super::relax::{Relaxation, RelaxedSdp, RltCut, RltKind, RowKind};
 use super::{SdpError, Sense};
@@ -993,31 +994,31 @@ impl TightenValidParams {
             worst_certificate_gap: 0.0,
             infeasible: None,
         };
-        for k in 0..n {
-            for direction in [Direction::Lower, Direction::Upper] {
-                let skip = match direction {
-                    Direction::Lower => before.0[k] >= 1.0,
-                    Direction::Upper => before.1[k] <= -1.0,
-                };
-                if skip {
-                    round.skipped += 1;
-                    continue;
-                }
-                let found = obbt.bound(k, direction)?;
-                round.solved += 1;
-                round.iterations += found.iterations;
-                let gap = (found.bound - found.primal).abs();
-                if gap.is_finite() {
-                    round.worst_certificate_gap = round.worst_certificate_gap.max(gap);
-                }
-                match direction {
-                    Direction::Lower => {
-                        tighten_lower(relaxation, k, found.bound - self.params.widen)
-                    }
-                    Direction::Upper => {
-                        tighten_upper(relaxation, k, found.bound + self.params.widen)
-                    }
-                }
+        // The problems are independent (all use the boxes before the round), so they are
+        // solved in parallel on the caller's rayon pool and applied in a fixed order: the
+        // result does not depend on the number of threads.
+        let problems: Vec<(usize, Direction)> = (0..n)
+            .flat_map(|k| [(k, Direction::Lower), (k, Direction::Upper)])
+            .filter(|&(k, direction)| match direction {
+                Direction::Lower => before.0[k] < 1.0,
+                Direction::Upper => before.1[k] > -1.0,
+            })
+            .collect();
+        round.skipped = 2 * n - problems.len();
+        let bounds: Vec<ObbtBound> = problems
+            .par_iter()
+            .map(|&(k, direction)| obbt.bound(k, direction))
+            .collect::<Result<_, _>>()?;
+        for (&(k, direction), found) in problems.iter().zip(bounds) {
+            round.solved += 1;
+            round.iterations += found.iterations;
+            let gap = (found.bound - found.primal).abs();
+            if gap.is_finite() {
+                round.worst_certificate_gap = round.worst_certificate_gap.max(gap);
+            }
+            match direction {
+                Direction::Lower => tighten_lower(relaxation, k, found.bound - self.params.widen),
+                Direction::Upper => tighten_upper(relaxation, k, found.bound + self.params.widen),
             }
         }
         round.infeasible = project_boxes(relaxation).err();
