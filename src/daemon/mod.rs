@@ -229,7 +229,8 @@ pub fn run(
                 }
                 None => Box::new(files),
             };
-            let engine = service.engine(&config, outputs, options.resume)?;
+            let mut engine = service.engine(&config, outputs, options.resume)?;
+            engine.reads_a_recording();
             let reader = replay::open(&path)?;
             let stop = Arc::clone(&stop);
             let labels = tracker.clone();

@@ -325,6 +325,8 @@ pub struct Engine {
     window_scores: WindowScores,
     last_retrain_ts: Option<i64>,
     newest_ts: Option<i64>,
+    /// The source is a recording read from its start ([`Engine::reads_a_recording`]).
+    reads_a_recording: bool,
     learner: Option<Learner>,
     /// With `model.calibration = "recent"`, the ids each model this engine trained held out
     /// (which one is recent differs per snapshot), for the models the registry still
@@ -487,6 +489,7 @@ impl Engine {
             window_scores: WindowScores::default(),
             last_retrain_ts: None,
             newest_ts: None,
+            reads_a_recording: false,
             learner: None,
             recent_held_out: BTreeMap::new(),
             feedback: Rolling::default(),
@@ -683,6 +686,14 @@ impl Engine {
         self.scores = role != Role::Trainer;
     }
 
+    /// The events come from a recording read from its start (`replay`), not from a source that
+    /// resumes where it stopped (Kafka offsets): a resumed calibration cut that lies after the
+    /// first event's time is dropped. Kafka keeps it, since events redelivered after a crash
+    /// may precede it.
+    pub fn reads_a_recording(&mut self) {
+        self.reads_a_recording = true;
+    }
+
     /// Parses a message and locks the dimension on the first valid one.
     fn parse(&mut self, record: &Record) -> Result<Event, Rejection> {
         self.parse_or_take(record, None)
@@ -717,6 +728,9 @@ impl Engine {
                     event.ts, self.max_future_ms
                 ),
             });
+        }
+        if self.newest_ts.is_none() && self.reads_a_recording {
+            self.drop_cut_ahead_of(event.ts);
         }
         self.newest_ts = Some(self.newest_ts.map_or(event.ts, |t| t.max(event.ts)));
         Ok(event)
@@ -1071,6 +1085,20 @@ impl Engine {
                 error = %e,
                 "cannot persist the calibration cut; after a restart fresh thresholds use the whole window"
             );
+        }
+    }
+
+    /// Drops a resumed calibration cut that lies after a recording's first event time `ts`:
+    /// the recording does not continue where the cut was made (the same file read again from
+    /// its start), and the cut would keep fresh thresholds away until event time passes it.
+    fn drop_cut_ahead_of(&mut self, ts: i64) {
+        if let Some(since) = self.calibration_since.filter(|&since| ts < since) {
+            tracing::info!(
+                calibration_since = since,
+                first_event_ts = ts,
+                "the stream starts before the resumed calibration cut; the cut is dropped"
+            );
+            self.set_calibration_since(None);
         }
     }
 
@@ -3698,6 +3726,39 @@ mod tests {
         assert_eq!(resume(true), Some(at + 7_000));
         let text = std::fs::read_to_string(store.engine_state_path()).expect("engine.json");
         assert_eq!(text, format!(r#"{{"calibration_since":{}}}"#, at + 7_000));
+        // A recording whose first event is after the cut keeps it; one that starts before it
+        // (the same file read again from its start) drops it, on disk too.
+        let mut first_events = RecordReader::open(std::path::Path::new(STREAM))
+            .expect("stream")
+            .map(|r| r.expect("record"));
+        let first = first_events.next().expect("a first record");
+        let mut later = first.clone();
+        let mut payload: serde_json::Value =
+            serde_json::from_slice(&first.payload).expect("a JSON event");
+        payload["ts"] = serde_json::json!(at + 8_000);
+        later.payload = serde_json::to_vec(&payload).expect("JSON");
+        later.ts = at + 8_000;
+        let (mut resumed, _) = engine_resuming(dir.path(), HASH_USMO, "", Box::new(Discard), true);
+        resumed.reads_a_recording();
+        resumed.handle(&later).expect("handled");
+        assert_eq!(resumed.calibration_since, Some(at + 7_000));
+        drop(resumed);
+        // A source that resumes where it stopped (Kafka) keeps it: redelivered events may
+        // precede it.
+        let (mut resumed, _) = engine_resuming(dir.path(), HASH_USMO, "", Box::new(Discard), true);
+        resumed.handle(&first).expect("handled");
+        assert_eq!(resumed.calibration_since, Some(at + 7_000));
+        drop(resumed);
+        let (mut resumed, _) = engine_resuming(dir.path(), HASH_USMO, "", Box::new(Discard), true);
+        resumed.reads_a_recording();
+        resumed.handle(&first).expect("handled");
+        assert_eq!(resumed.calibration_since, None);
+        assert_eq!(resume(true), None);
+        std::fs::write(
+            store.engine_state_path(),
+            format!(r#"{{"calibration_since":{}}}"#, at + 7_000),
+        )
+        .expect("write");
         // A fresh start (`--no-resume`) clears it, so a later resumed run does not take an
         // older run's cut.
         assert_eq!(resume(false), None);
