@@ -1213,8 +1213,8 @@ mod tests {
             let unscreened = solve(Some(w0), |_, n| n);
             let cold = solve(None, |_, n| n);
             let what = format!("{case} τ {tau}: {:?}", screened.screening);
-            // Screening is not tried where it would keep over 90 % of the negatives (τ 0.3).
-            let tried = (ipm::screen_size(k, n) as f64) <= 0.9 * n as f64;
+            // Screening is not tried where it would keep most of the negatives (τ 0.3).
+            let tried = (ipm::screen_size(k, n) as f64) <= ipm::SCREEN_MAX_SHARE * n as f64;
             assert_eq!(screened.screening.kept_first < n, tried, "{what}");
             assert_eq!(unscreened.screening.kept_last, n);
             readded += screened.screening.readded;

@@ -360,21 +360,16 @@ pub(super) fn solve_screened(
 }
 
 /// A warm solve works with the negatives ranked in the top ⌈[`SCREEN_FACTOR`]·k⌉ +
-/// [`SCREEN_SLACK`] ([`screen`]). On the 1 M-event replay (k from 0.05 to 0.5 of up to 3 500
-/// negatives) the warm solves cost 6.19, 5.95, 6.01 and 6.16 M rows × iterations at factors
-/// 1.25, 1.5, 1.75 and 2, against 8.15 M unscreened, with R at 1e-4 to 1e-3. With
-/// `calibration = "hash"` the search settles on R = 1e-6, where a retrain's optimum moves
-/// further from the previous w: at 1.5, 61 of 86 warm solves there had negatives climb in
-/// until all of them were added back (29 iterations each against 13), and the replay's
-/// solves cost 15.6 M (positives + mean kept negatives) × iterations; at 2, 13.5 M; at 3,
-/// 11.8 M; unscreened 13.7 M. With "recent" (R = 1e-4) 3 costs 7.5 M against 7.0 M at 1.5
-/// (docs/benchmarks.md).
+/// [`SCREEN_SLACK`] ([`screen`]). 3 rather than 1.5: at the small R that `calibration = "hash"`
+/// settles on, a retrain's optimum moves further from the previous w, and with 1.5 most warm
+/// solves had negatives climb back until every one was re-added (docs/benchmarks.md, the
+/// factors measured on the 1 M-event replay).
 const SCREEN_FACTOR: f64 = 3.0;
 const SCREEN_SLACK: usize = 32;
 
 /// Screening is not tried when it would keep more than this share of the negatives: the
 /// restricted problem would cost nearly as much as the full one.
-const SCREEN_MAX_SHARE: f64 = 0.9;
+pub(super) const SCREEN_MAX_SHARE: f64 = 0.9;
 
 /// Iterations that add screened-out negatives back before the next one adds all of them (a
 /// warm start far from the new optimum).

@@ -240,18 +240,18 @@ pub enum SearchEvent {
     Obbt(ObbtReport),
 }
 
-/// The boxes and cuts a node is bounded on (working form (17)): L, U, ū and the RLT cuts.
+/// The boxes of working form (17): L, U and ū.
 #[derive(Debug, Clone)]
 struct Boxes {
     lower: Vec<f64>,
     upper: Vec<f64>,
     diag_upper: Vec<f64>,
-    cuts: Vec<RltCut>,
 }
 
 /// One open node of the tree.
 struct Node {
     boxes: Boxes,
+    cuts: Vec<RltCut>,
     /// The parent's safe bound (the root: −∞).
     bound: f64,
     /// Creation order: ties between equal bounds go to the older node, so a run is
@@ -317,6 +317,13 @@ struct Search<'a> {
     events: &'a mut dyn FnMut(&SearchEvent),
 }
 
+impl Search<'_> {
+    /// Whether `time_limit` seconds have passed since the search started.
+    fn past(&self, time_limit: Option<f64>) -> bool {
+        time_limit.is_some_and(|t| self.started.elapsed().as_secs_f64() >= t)
+    }
+}
+
 /// Whether a node of bound `lower` can go: LB ≥ UB, or (UB − LB)/UB < gap.
 fn prunable(lower: f64, upper: f64, gap: f64) -> bool {
     lower >= upper || (upper.is_finite() && upper - lower < gap * upper.abs())
@@ -349,9 +356,8 @@ impl CertifyValidParams {
         let params = &self.params;
         let n = root.c.nrows();
         let balance = root.balance.as_ref();
-        let search_started = Instant::now();
         let mut search = Search {
-            started: search_started,
+            started: Instant::now(),
             incumbent: None,
             global: None,
             obbt_upper: f64::INFINITY,
@@ -382,8 +388,8 @@ impl CertifyValidParams {
                 lower: root.lower.clone(),
                 upper: root.upper.clone(),
                 diag_upper: root.diag_upper.clone(),
-                cuts: root.cuts.clone(),
             },
+            cuts: root.cuts.clone(),
             bound: f64::NEG_INFINITY,
             id: 0,
         });
@@ -408,10 +414,7 @@ impl CertifyValidParams {
                     status = CertifyStatus::Cancelled;
                     break;
                 }
-                if params
-                    .time_limit
-                    .is_some_and(|t| search.started.elapsed().as_secs_f64() >= t)
-                {
+                if search.past(params.time_limit) {
                     status = CertifyStatus::TimeLimit;
                     break;
                 }
@@ -422,13 +425,7 @@ impl CertifyValidParams {
             }
             let Some(node) = heap.pop() else { break };
             nodes += 1;
-            let out_of_time = || {
-                cancel.load(Ordering::Relaxed)
-                    || params
-                        .time_limit
-                        .is_some_and(|t| search_started.elapsed().as_secs_f64() >= t)
-            };
-            let outcome = self.evaluate(root, &node, nodes == 1, &out_of_time, &mut search)?;
+            let outcome = self.evaluate(root, &node, nodes == 1, cancel, &mut search)?;
             if nodes == 1 {
                 root_lower_bound = match &outcome {
                     Outcome::Closed(b) | Outcome::Branch { bound: b, .. } => *b,
@@ -445,10 +442,12 @@ impl CertifyValidParams {
                     bound,
                     point,
                     boxes,
+                    cuts,
                 } => {
                     for (lower, upper) in [(f64::NEG_INFINITY, -1.0), (1.0, f64::INFINITY)] {
                         let mut child = Node {
                             boxes: boxes.clone(),
+                            cuts: cuts.clone(),
                             bound,
                             id: next_id,
                         };
@@ -517,7 +516,6 @@ impl CertifyValidParams {
                 lower: relaxation.lower,
                 upper: relaxation.upper,
                 diag_upper: relaxation.diag_upper,
-                cuts: Vec::new(),
             });
         }
         (search.events)(&SearchEvent::Obbt(ObbtReport {
@@ -542,12 +540,14 @@ impl CertifyValidParams {
         root: &Relaxation,
         node: &Node,
         is_root: bool,
-        out_of_time: &dyn Fn() -> bool,
+        cancel: &AtomicBool,
         search: &mut Search<'_>,
     ) -> Result<Outcome, ExactError> {
         let n = root.c.nrows();
         let balance = root.balance.as_ref();
         let params = &self.params;
+        let out_of_time =
+            |search: &Search<'_>| cancel.load(Ordering::Relaxed) || search.past(params.time_limit);
         let mut relaxation = Relaxation {
             c: root.c.clone(),
             lower: node.boxes.lower.clone(),
@@ -555,7 +555,7 @@ impl CertifyValidParams {
             diag_upper: node.boxes.diag_upper.clone(),
             balance: root.balance.clone(),
             rows: root.rows,
-            cuts: node.boxes.cuts.clone(),
+            cuts: node.cuts.clone(),
         };
         // Nothing in the node at or below the incumbent (or nothing at all).
         let empty = |search: &Search<'_>, bound: f64| {
@@ -625,7 +625,7 @@ impl CertifyValidParams {
                 tried.push(start.clone());
                 // Note B.4.6 step 3: a better incumbent re-runs OBBT (when it is due).
                 let rounds = search.obbt_rounds;
-                if !out_of_time() {
+                if !out_of_time(search) {
                     self.obbt_round(root, search)?;
                 }
                 if search.obbt_rounds > rounds && !intersect_global(&mut relaxation, search) {
@@ -637,7 +637,7 @@ impl CertifyValidParams {
                 return Ok(Outcome::Closed(bound));
             }
             let stalled = round > 1 && bound - previous <= params.stall * previous.abs();
-            if params.cut_loop && round < params.max_rounds && !stalled && !out_of_time() {
+            if params.cut_loop && round < params.max_rounds && !stalled && !out_of_time(search) {
                 let mut changed = 0;
                 if upper.is_finite() {
                     let marginals = self.tighten.tighten_marginals(
@@ -685,8 +685,8 @@ impl CertifyValidParams {
                     lower: relaxation.lower,
                     upper: relaxation.upper,
                     diag_upper: relaxation.diag_upper,
-                    cuts: relaxation.cuts,
                 },
+                cuts: relaxation.cuts,
             });
         }
     }
@@ -713,11 +713,13 @@ fn intersect_global(relaxation: &mut Relaxation, search: &Search<'_>) -> bool {
 enum Outcome {
     /// Pruned, infeasible or a leaf, with its bound (∞ for an infeasible one).
     Closed(f64),
-    /// Branch on `point`; the children inherit `bound` and the node's final `boxes`.
+    /// Branch on `point`; the children inherit `bound` and the node's final `boxes` and
+    /// `cuts`.
     Branch {
         bound: f64,
         point: usize,
         boxes: Boxes,
+        cuts: Vec<RltCut>,
     },
 }
 
