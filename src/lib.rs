@@ -44,8 +44,9 @@
 //!   ([`engine::window`]), intake, retrain scheduling, the gate and the swap
 //!   ([`engine::machine`]), model persistence in the state directory ([`engine::store`]), the
 //!   atomically swapped active model ([`engine::registry`]), scoring ([`engine::scoring`]),
-//!   the sink trait ([`engine::outputs`]) and a replay's prequential accounting
-//!   ([`engine::prequential`]).
+//!   the sink trait ([`engine::outputs`]), a replay's prequential accounting
+//!   ([`engine::prequential`]) and the background audit's sample and report
+//!   ([`engine::audit`]).
 //! - [`daemon`]: running the service: [`daemon::run`] wires metrics, store, registry, HTTP and
 //!   a source, and shuts down; [`daemon::replay`] drives the engine from a recorded stream
 //!   into files; [`daemon::kafka`] from Kafka topics into topics (consumer group and commits,
@@ -53,8 +54,8 @@
 //!   events posted over HTTP (`source.kind = "http"`, and between a replay's records).
 //! - [`serve`]: the HTTP API (axum on tokio, in the daemon's process): scoring requests with
 //!   the active model, model metadata, the admin rollback, events posted into the intake,
-//!   `/metrics`, health and readiness;
-//!   every response counted by route template.
+//!   the last audit, `/metrics`, health and readiness; every response counted by route
+//!   template.
 //! - [`cli`] and `main.rs`: the `neyman` command line (clap); `main.rs` parses, the
 //!   subcommands' work is in [`cli`].
 //!

@@ -117,7 +117,7 @@ pub const DEPRECATED_FAMILIES: [&str; 1] = ["neyman_events_total"];
 pub const BUILD_COMMIT: &str = env!("BUILT_FROM_COMMIT");
 
 /// Every metric family name, for the promtool test and the dashboard check.
-pub const FAMILIES: [&str; 51] = [
+pub const FAMILIES: [&str; 55] = [
     "neyman_events_total",
     "neyman_model_info",
     "neyman_build_info",
@@ -169,7 +169,14 @@ pub const FAMILIES: [&str; 51] = [
     "neyman_kafka_in_flight_messages",
     "neyman_kafka_paused_partitions",
     "neyman_kafka_model_publish_failures_total",
+    "neyman_audits_total",
+    "neyman_audit_gap",
+    "neyman_audit_model_gap",
+    "neyman_audit_seconds",
 ];
+/// How an audit ended: the exact search's statuses, or `failed` (it could not run).
+pub const AUDIT_STATUSES: [&str; 5] =
+    ["optimal", "time_limit", "node_limit", "cancelled", "failed"];
 /// Rebalance callbacks by kind.
 pub const REBALANCE_KINDS: [&str; 3] = ["assign", "revoke", "error"];
 /// Why a model was not published to the `models` topic.
@@ -289,6 +296,16 @@ pub struct Metrics {
     pub kafka_paused_partitions: IntGauge,
     /// Accepted models that could not be published to the `models` topic, by reason.
     pub kafka_model_publish_failures: IntCounterVec,
+    /// Audits by how they ended ([`AUDIT_STATUSES`]).
+    pub audits: IntCounterVec,
+    /// The last audit's certified gap: (objective − lower bound)/objective of the optimum it
+    /// found (NaN before the first).
+    pub audit_gap: Gauge,
+    /// The last audit's gap of the active model's labelling: (its objective − lower
+    /// bound)/its objective (NaN without a model or when its labelling breaks the balance row).
+    pub audit_model_gap: Gauge,
+    /// Wall time of the last audit.
+    pub audit_seconds: Gauge,
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(
@@ -762,6 +779,28 @@ impl Metrics {
                 "Accepted models not published to the models topic, by reason.",
                 "reason",
                 &MODEL_PUBLISH_FAILURES,
+            )?,
+            audits: labelled_counter(
+                r,
+                "neyman_audits_total",
+                "Audits of the windows by the exact S3VM, by how they ended.",
+                "status",
+                &AUDIT_STATUSES,
+            )?,
+            audit_gap: nan_gauge(
+                r,
+                "neyman_audit_gap",
+                "Certified relative gap of the last audit's optimum.",
+            )?,
+            audit_model_gap: nan_gauge(
+                r,
+                "neyman_audit_model_gap",
+                "Relative gap of the active model's labelling to the last audit's lower bound.",
+            )?,
+            audit_seconds: nan_gauge(
+                r,
+                "neyman_audit_seconds",
+                "Wall time of the last audit in seconds.",
             )?,
         })
     }

@@ -18,51 +18,8 @@ use serde_json::Value;
 const BIN: &str = env!("CARGO_BIN_EXE_neyman");
 #[test]
 fn run_serves_http_and_stops_cleanly_on_sigterm() {
-    let dir = tempfile::tempdir().expect("dir");
     let records = bundled(2500);
-    let stream = dir.path().join("stream.jsonl");
-    let mut w = RecordWriter::create(&stream).expect("create");
-    for r in &records {
-        w.write(r).expect("write");
-    }
-    w.finish().expect("finish");
-    let port = free_port();
-    let config = dir.path().join("neyman.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[source]
-path = "stream.jsonl"
-[output]
-scores = "scores.jsonl"
-dlq = "dlq.jsonl"
-[state]
-dir = "state"
-[retrain]
-min_negative = 100
-[http]
-listen = "127.0.0.1:{port}"
-[model]
-algorithm = "usmo"
-prior = 0.38
-prior_min = 0.33
-prior_max = 0.43
-tau = 0.05
-seed = 1
-"#
-        ),
-    )
-    .expect("config");
-    let stderr = std::fs::File::create(dir.path().join("stderr.log")).expect("log");
-    let mut child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "neyman=info")
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("start neyman run");
+    let (mut child, port, dir) = start_run("");
 
     // Ready once a model is active (generous: a slow machine only waits longer).
     let started = Instant::now();
@@ -145,24 +102,7 @@ seed = 1
     assert!(value("neyman_http_requests_total{route=\"/v1/score\",status=\"200\"}") >= 1.0);
 
     // SIGTERM: exit 0, and every unlabeled input is in the score file.
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill")
-        .success());
-    let started = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("status") {
-            break s;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0));
+    terminate(&mut child);
     let unlabeled = records
         .iter()
         .filter(|r| r.channel == Channel::Unlabeled)
@@ -482,4 +422,195 @@ seed = 1
         log.contains(&format!("{} events:", posted + 2)),
         "the summary counts every posted event: {log}"
     );
+}
+
+/// Starts `neyman run` (USMO, τ = 0.05) on the first 2500 bundled records, with `extra`
+/// appended to its configuration; returns the child, its port and its directory.
+fn start_run(extra: &str) -> (std::process::Child, u16, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut w = RecordWriter::create(&dir.path().join("stream.jsonl")).expect("create");
+    for r in &bundled(2500) {
+        w.write(r).expect("write");
+    }
+    w.finish().expect("finish");
+    let port = free_port();
+    let config = dir.path().join("neyman.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+path = "stream.jsonl"
+[output]
+scores = "scores.jsonl"
+dlq = "dlq.jsonl"
+[state]
+dir = "state"
+[retrain]
+min_negative = 100
+[http]
+listen = "127.0.0.1:{port}"
+[model]
+algorithm = "usmo"
+prior = 0.38
+prior_min = 0.33
+prior_max = 0.43
+tau = 0.05
+seed = 1
+{extra}
+"#
+        ),
+    )
+    .expect("config");
+    let stderr = std::fs::File::create(dir.path().join("stderr.log")).expect("log");
+    let child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "neyman=info")
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start neyman run");
+    (child, port, dir)
+}
+
+/// SIGTERM, then exit 0 within a minute.
+fn terminate(child: &mut std::process::Child) {
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("status") {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+/// `[audit]`: once the first model is active, a stratified sample of the windows is certified
+/// off the scoring path; GET /v1/audit and the gauges give the optimum's certified gap and the
+/// active model's, which can only be larger (its labellings are starts of the search).
+#[test]
+fn an_audit_certifies_a_sample_of_the_windows_and_measures_the_active_model() {
+    let (mut child, port, dir) = start_run(
+        "[audit]\nevery = \"1000d\"\nmax_rows = 40\ntime_limit = \"2m\"\nkernel = \"linear\"\ncl = 1.0\n",
+    );
+    let started = Instant::now();
+    let report: Value = loop {
+        match http(port, "GET", "/v1/audit", "") {
+            Ok((200, body)) => break serde_json::from_str(&body).expect("json"),
+            Ok((503, body)) => assert!(body.contains("no audit has finished yet"), "{body}"),
+            _ => {}
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(400),
+            "no audit: {}",
+            std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default()
+        );
+        assert!(child.try_wait().expect("status").is_none(), "exited early");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let f = |key: &str| {
+        report[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {report}"))
+    };
+    assert_eq!(report["number"], 1);
+    assert!(
+        ["optimal", "time_limit"].contains(&report["status"].as_str().expect("status")),
+        "{report}"
+    );
+    assert_eq!(f("rows"), 40.0);
+    assert_eq!(f("positives") + f("negatives") + f("unlabeled"), 40.0);
+    assert!(f("unlabeled") >= 1.0 && f("positives") >= 1.0, "{report}");
+    assert!((f("rho") - f("unlabeled") * (2.0 * 0.38 - 1.0)).abs() < 1e-9);
+    let (objective, lower) = (f("objective"), f("lower_bound"));
+    assert!(lower <= objective * (1.0 + 1e-9), "{report}");
+    assert!((f("gap") - (objective - lower) / objective).abs() < 1e-9);
+    if report["status"] == "optimal" {
+        assert!(f("gap") <= 1e-3 + 1e-12, "{report}");
+    }
+    assert!(report["model_version"].as_u64().expect("model") >= 1);
+    assert_eq!(report["model_feasible"], true, "{report}");
+    assert!(f("model_objective") >= objective * (1.0 - 1e-9), "{report}");
+    assert!(f("model_gap") >= f("gap") - 1e-9, "{report}");
+    assert!(
+        f("model_ranked_objective") >= objective * (1.0 - 1e-9),
+        "{report}"
+    );
+    for key in [
+        "agreement",
+        "model_positive_share",
+        "optimum_positive_share",
+    ] {
+        assert!((0.0..=1.0).contains(&f(key)), "{key}: {report}");
+    }
+
+    let (status, metrics) = http(port, "GET", "/metrics", "").expect("metrics");
+    assert_eq!(status, 200);
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing"))
+    };
+    assert_eq!(value("neyman_audit_gap "), f("gap"));
+    assert_eq!(value("neyman_audit_model_gap "), f("model_gap"));
+    assert_eq!(value("neyman_audit_seconds "), f("seconds"));
+    let status = report["status"].as_str().expect("status");
+    assert_eq!(
+        value(&format!("neyman_audits_total{{status=\"{status}\"}}")),
+        1.0
+    );
+    terminate(&mut child);
+    let log = std::fs::read_to_string(dir.path().join("stderr.log")).expect("log");
+    assert!(log.contains("audit finished"), "{log}");
+}
+
+/// A shutdown does not wait for an audit: the search is cancelled and the process exits 0
+/// with every read event answered.
+#[test]
+fn a_shutdown_does_not_wait_for_a_running_audit() {
+    let (mut child, port, dir) = start_run(
+        "[audit]\nevery = \"1000d\"\nmax_rows = 400\ntime_limit = \"1h\"\nkernel = \"rbf\"\ngap = 0.0\n",
+    );
+    let log = dir.path().join("stderr.log");
+    let started = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("end of the recorded stream")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "stream never ended"
+        );
+        assert!(child.try_wait().expect("status").is_none(), "exited early");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("audit started"), "{text}");
+    let (status, body) = http(port, "GET", "/v1/audit", "").expect("audit");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("\"running\":1"), "{body}");
+    terminate(&mut child);
+    let scored = std::fs::read_to_string(dir.path().join("scores.jsonl"))
+        .expect("scores")
+        .lines()
+        .count();
+    let unlabeled = bundled(2500)
+        .iter()
+        .filter(|r| r.channel == Channel::Unlabeled)
+        .count();
+    assert_eq!(scored, unlabeled);
 }

@@ -100,6 +100,7 @@ impl Server {
         let prometheus = prometheus::Registry::new();
         let metrics = Metrics::new(&prometheus).expect("metrics");
         let state = AppState {
+            audit: None,
             registry: Arc::clone(&registry),
             store: options.store,
             metrics,
@@ -271,6 +272,13 @@ async fn before_a_model_scoring_and_model_answer_503_and_readyz_flips() {
     assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
     let r = server.get("/v1/models").await;
     assert_eq!((r.status, r.json()), (200, json!({"models": []})));
+    // Without [audit] the route says how to turn it on (503 and 200: tests/daemon_http.rs).
+    let r = server.get("/v1/audit").await;
+    assert_eq!(r.status, 404);
+    assert!(r.json()["error"]
+        .as_str()
+        .expect("error")
+        .contains("[audit]"));
 
     server.registry.install(stored(3));
     let r = server.get("/readyz").await;
@@ -777,6 +785,7 @@ async fn the_router_answers_without_a_socket() {
 
     let prometheus = prometheus::Registry::new();
     let state = AppState {
+        audit: None,
         registry: Arc::new(Registry::new(2)),
         store: None,
         metrics: Metrics::new(&prometheus).expect("metrics"),

@@ -284,24 +284,7 @@ fn compare_labelling(path: &Path, data: &Dataset) -> Result<Vec<f64>, CliError> 
         )));
     }
     let mut scores = vec![0.0; data.len()];
-    other.score_batch(raw, &mut scores);
-    let threshold = other.threshold();
-    Ok((0..data.len())
-        .map(|i| match data.labels[i] {
-            Label::Unlabeled => {
-                let positive = match threshold {
-                    Some(t) => t.is_positive(scores[i]),
-                    None => scores[i] >= 0.0,
-                };
-                if positive {
-                    1.0
-                } else {
-                    -1.0
-                }
-            }
-            l => f64::from(l.code()),
-        })
-        .collect())
+    Ok(other.labelling(data, &mut scores))
 }
 
 /// `nodes 45 (open 12), UB 1.234567e0, LB 1.230000e0, gap 0.370 %`.

@@ -17,12 +17,12 @@ use serde_json::{json, Value};
 use super::args::{BenchSdpArgs, ExactKernelName, ExactModelArgs, ReportFormat};
 use super::csdp::{self, CsdpError};
 use super::CliError;
-use faer::Mat;
 
-use crate::data::{read, Dataset, Label, Rows, ScaleKind, Scaler};
-use crate::learn::kernel::Kernel;
+use crate::data::{read, Dataset};
+use crate::learn::s3vm::exact::instance::{ExactInstance, ExactKernel, InstanceSpec};
+use crate::learn::s3vm::exact::ExactError;
 use crate::learn::s3vm::sdp::ipm::SdpParams;
-use crate::learn::s3vm::sdp::relax::{gram, objective_matrix, Relaxation};
+use crate::learn::s3vm::sdp::relax::Relaxation;
 use crate::learn::s3vm::sdp::{SafeBound, SdpError};
 
 /// The objectives must agree to this relative difference.
@@ -158,78 +158,33 @@ pub fn bench(args: &BenchSdpArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Model (8) of an instance whose hidden labels are already 0: its standardised rows, kernel,
-/// Gram matrix, penalties and C. Shared by `bench sdp` and `certify`.
-pub(super) struct ExactInstance {
-    /// The rows standardised over the instance (mean 0, population standard deviation 1).
-    pub rows: Rows,
-    pub kernel: Kernel,
-    pub gram: Mat<f64>,
-    /// c_k: C_l on labelled rows, C_u on unlabeled ones.
-    pub penalties: Vec<f64>,
-    /// C = ½(K + D)⁻¹.
-    pub c: Mat<f64>,
-    pub labelled: usize,
-    pub unlabeled: usize,
-    /// C_u = (l/u)·δ·C_l.
-    pub cu: f64,
-}
-
-/// Builds [`ExactInstance`]: features standardised over all of `instance`'s rows, the kernel
-/// (RBF γ default 1/d), c_k = C_l on labelled rows and C_u = (l/u)·δ·C_l on unlabeled ones,
-/// C = ½(K + D)⁻¹. Flag mistakes and an instance without labelled or unlabeled rows are
-/// usage errors.
+/// Model (8) of `instance` ([`ExactInstance::build`]) from the flags; flag mistakes and an
+/// instance without labelled or unlabeled rows are usage errors. Shared by `bench sdp` and
+/// `certify`.
 pub(super) fn exact_instance(
     instance: &Dataset,
     model: &ExactModelArgs,
     cl: f64,
 ) -> Result<ExactInstance, CliError> {
-    let cu_factor = model.cu_factor;
-    for (flag, value) in [("--cl", cl), ("--cu-factor", cu_factor)] {
+    for (flag, value) in [("--cl", cl), ("--cu-factor", model.cu_factor)] {
         if !(value.is_finite() && value > 0.0) {
             return Err(CliError::Usage(format!(
                 "{flag} must be finite and > 0, got {value}"
             )));
         }
     }
-    let labelled = instance.len() - instance.count(Label::Unlabeled);
-    let unlabeled = instance.len() - labelled;
-    if unlabeled == 0 {
-        return Err(CliError::Usage(
-            "every row kept its label: nothing is unlabeled".into(),
-        ));
-    }
-    if labelled == 0 {
-        return Err(CliError::Usage("no row is labelled".into()));
-    }
-    let rows = Scaler::fit(ScaleKind::Standard, &instance.rows).transform(&instance.rows);
-    let d = rows.n_features();
-    let kernel = match model.kernel {
-        ExactKernelName::Linear => Kernel::Linear,
-        ExactKernelName::Rbf => Kernel::Rbf {
-            gamma: model.gamma.unwrap_or(1.0 / d.max(1) as f64),
+    let spec = InstanceSpec {
+        cl,
+        cu_factor: model.cu_factor,
+        kernel: match model.kernel {
+            ExactKernelName::Linear => ExactKernel::Linear,
+            ExactKernelName::Rbf => ExactKernel::Rbf(model.gamma),
         },
     };
-    kernel
-        .check()
-        .map_err(|e| CliError::Usage(format!("--gamma: {e}")))?;
-    let cu = labelled as f64 / unlabeled as f64 * cu_factor * cl;
-    let penalties: Vec<f64> = instance
-        .labels
-        .iter()
-        .map(|&l| if l == Label::Unlabeled { cu } else { cl })
-        .collect();
-    let k = gram(&kernel, &rows);
-    let c = objective_matrix(&k, &penalties)?;
-    Ok(ExactInstance {
-        rows,
-        kernel,
-        gram: k,
-        penalties,
-        c,
-        labelled,
-        unlabeled,
-        cu,
+    ExactInstance::build(instance, &spec).map_err(|e| match e {
+        ExactError::Param(m) if m.starts_with("gamma") => CliError::Usage(format!("--{m}")),
+        ExactError::Param(m) => CliError::Usage(m),
+        other => other.into(),
     })
 }
 

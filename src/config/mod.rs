@@ -2,7 +2,8 @@
 //!
 //! Every key is documented on its field, in the file of its table: `source.rs`, `output.rs`,
 //! `state.rs`, `windows.rs`, `retrain.rs`, `model.rs` (which also maps `[model]` into the
-//! learner spec), `gate.rs`, `recalibrate.rs`, `drift.rs`, `scoring.rs`, `http.rs`, `log.rs` and `kafka.rs`;
+//! learner spec), `gate.rs`, `recalibrate.rs`, `drift.rs`, `scoring.rs`, `http.rs`, `log.rs`, `kafka.rs`
+//! and `audit.rs`;
 //! `config/neyman.toml` (the embedded default) lists them all. This file holds
 //! the top-level [`Config`], loading ([`LoadedConfig`]), environment overrides, relative
 //! paths, the cross-key checks and the rendering of `neyman config check`; `values.rs` the value
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod audit;
 mod drift;
 mod gate;
 mod http;
@@ -47,6 +49,7 @@ mod state;
 mod values;
 mod windows;
 
+pub use audit::{AuditConfig, AuditKernel, AUDIT_MAX_ROWS};
 pub use drift::DriftConfig;
 pub use gate::GateConfig;
 pub use http::{admin_token, HttpConfig};
@@ -69,7 +72,7 @@ pub use windows::{WindowConfig, WindowsConfig};
 
 /// Top-level tables; the first word of a `NEYMAN_` variable must be one of them to be an
 /// override.
-pub const SECTIONS: [&str; 13] = [
+pub const SECTIONS: [&str; 14] = [
     "source",
     "output",
     "state",
@@ -83,6 +86,7 @@ pub const SECTIONS: [&str; 13] = [
     "http",
     "log",
     "kafka",
+    "audit",
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -131,6 +135,9 @@ pub struct Config {
     /// The Kafka connection; absent: no Kafka (the daemon replays files).
     #[serde(default)]
     pub kafka: Option<KafkaConfig>,
+    /// The background audit by the exact S3VM; absent: none.
+    #[serde(default)]
+    pub audit: Option<AuditConfig>,
 }
 
 /// A checked configuration, where it came from and which keys the environment set.
@@ -448,6 +455,9 @@ impl Config {
             );
         }
         self.model.check()?;
+        if let Some(a) = &self.audit {
+            a.check(self.model.prior)?;
+        }
         for (name, w) in [
             ("positive", &self.windows.positive),
             ("unlabeled", &self.windows.unlabeled),
@@ -723,6 +733,64 @@ tau = 0.05
                 other => panic!("{key}: expected an invalid-key error, got {other:?}"),
             }
         }
+    }
+
+    /// `[audit]` is off when absent, every key has its default, each bad value names its
+    /// key, and π comes from `audit.prior` or `model.prior` (one is required).
+    #[test]
+    fn the_audit_table_is_optional_defaulted_and_checked() {
+        assert_eq!(load(MINIMAL, &[]).expect("valid").config.audit, None);
+        let a = load(&format!("{MINIMAL}\n[audit]\n"), &[])
+            .expect("valid")
+            .config
+            .audit
+            .expect("audit");
+        assert_eq!(a.every.0, Duration::from_secs(3600));
+        assert_eq!(a.time_limit.0, Duration::from_secs(300));
+        assert_eq!(
+            (a.max_rows, a.cl, a.cu_factor, a.gap),
+            (200, 1.0, 1.0, 1e-3)
+        );
+        assert_eq!(
+            (a.kernel, a.gamma, a.prior),
+            (AuditKernel::Linear, None, None)
+        );
+        let c = load(MINIMAL, &[("NEYMAN_AUDIT_MAX_ROWS", "50")]).expect("valid");
+        assert_eq!(c.config.audit.expect("audit").max_rows, 50);
+        let without_prior = "[source]\npath = \"s\"\n[model]\nalgorithm = \"tfpl\"\ntau = 0.05\n";
+        for (text, key) in [
+            (
+                format!("{MINIMAL}[audit]\nmax_rows = 601\n"),
+                "audit.max_rows",
+            ),
+            (
+                format!("{MINIMAL}[audit]\nmax_rows = 3\n"),
+                "audit.max_rows",
+            ),
+            (format!("{MINIMAL}[audit]\nevery = 0\n"), "audit.every"),
+            (
+                format!("{MINIMAL}[audit]\ntime_limit = 0\n"),
+                "audit.time_limit",
+            ),
+            (format!("{MINIMAL}[audit]\ncl = -1.0\n"), "audit.cl"),
+            (
+                format!("{MINIMAL}[audit]\ncu_factor = 0.0\n"),
+                "audit.cu_factor",
+            ),
+            (format!("{MINIMAL}[audit]\ngamma = 0.0\n"), "audit.gamma"),
+            (format!("{MINIMAL}[audit]\ngap = 1.0\n"), "audit.gap"),
+            (format!("{MINIMAL}[audit]\nprior = 1.0\n"), "audit.prior"),
+            (format!("{without_prior}[audit]\n"), "audit.prior"),
+        ] {
+            match load(&text, &[]) {
+                Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key, "{text}"),
+                other => panic!("{key}: expected an invalid-key error, got {other:?}"),
+            }
+        }
+        let own = load(&format!("{without_prior}[audit]\nprior = 0.2\n"), &[]).expect("valid");
+        assert_eq!(own.config.audit.expect("audit").prior, Some(0.2));
+        let typo = load(&format!("{MINIMAL}[audit]\nevry = \"1h\"\n"), &[]).expect_err("typo");
+        assert!(typo.to_string().contains("evry"), "{typo}");
     }
 
     /// Issue 22: a misspelled variable is an error naming it, whether its section

@@ -19,15 +19,19 @@
 //! `POST /v1/events/{channel}`: live, with retrains on the training thread ([`trainer`]) and the
 //! wall clock for `scoring.max_wait`, until `shutdown`. A replay takes posted events between
 //! its records, a Kafka source produces them to its input topics. [`baseline`] runs a
-//! replayed stream through the streaming baseline of `replay --baseline`. Idle async workers
-//! return freed memory to the system ([`memory`]).
+//! replayed stream through the streaming baseline of `replay --baseline`. `[audit]`'s audits
+//! run on their own thread ([`audit`]), never in the way of scoring or retrains; a shutdown
+//! does not wait for one. Idle async workers return freed memory to the system ([`memory`]).
 
+mod audit;
 pub mod baseline;
 pub mod kafka;
 mod memory;
 pub mod posted;
 pub mod replay;
 mod trainer;
+
+use audit::AuditThread;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -37,6 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{admin_token, Config, HttpConfig, Secret};
+use crate::engine::audit::AuditBoard;
 use crate::engine::machine::{Engine, EngineConfig, EngineParts};
 use crate::engine::outputs::Outputs;
 use crate::engine::prequential::{Prequential, PrequentialReport};
@@ -393,6 +398,8 @@ struct Service {
     registry: Arc<Registry>,
     admin_token: Option<Secret>,
     cancel: Arc<AtomicBool>,
+    /// The last audit, when `[audit]` is configured.
+    audit: Option<AuditBoard>,
 }
 
 impl Service {
@@ -413,6 +420,7 @@ impl Service {
             registry: Arc::new(Registry::new(config.state.keep_models)),
             admin_token,
             cancel: Arc::new(AtomicBool::new(false)),
+            audit: config.audit.as_ref().map(|_| AuditBoard::default()),
         })
     }
 
@@ -437,8 +445,12 @@ impl Service {
         let registry = Arc::clone(&self.registry);
         let store = self.store.clone();
         let cancel = Arc::clone(&self.cancel);
+        let auditor = self
+            .audit
+            .clone()
+            .map(|board| AuditThread::new(board, self.metrics.clone(), Arc::clone(&self.cancel)));
         move |outputs| {
-            Engine::new(
+            let mut engine = Engine::new(
                 EngineParts {
                     config,
                     metrics,
@@ -449,7 +461,11 @@ impl Service {
                 },
                 resume,
             )
-            .map_err(DaemonError::runtime)
+            .map_err(DaemonError::runtime)?;
+            if let Some(auditor) = auditor {
+                engine.set_auditor(Box::new(auditor));
+            }
+            Ok(engine)
         }
     }
 
@@ -462,6 +478,7 @@ impl Service {
             admin_token: self.admin_token,
             limits: HttpLimits::new(http, limits),
             events,
+            audit: self.audit,
         }
     }
 }

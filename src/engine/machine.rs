@@ -40,10 +40,11 @@ use std::time::{Duration, Instant};
 
 use crate::codec::fnv1a64;
 use crate::config::{
-    CalibrationName, Config, DriftConfig, GateConfig, ModelConfig, RecalibrateConfig,
+    AuditConfig, CalibrationName, Config, DriftConfig, GateConfig, ModelConfig, RecalibrateConfig,
     RetrainConfig, Role, ScoringConfig, ThresholdName, WindowsConfig,
 };
 use crate::data::{Dataset, Label, Rows, Scaler};
+use crate::engine::audit::{draw_sample, AuditJob, AuditRunner};
 use crate::engine::drift::{Detection, FeatureDetection, FeatureDrift, ScoreDrift};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
@@ -249,6 +250,8 @@ pub struct EngineConfig {
     pub scoring: ScoringConfig,
     /// Accepted models remembered for rollback (`state.keep_models`).
     pub keep_models: usize,
+    /// The background audit; `None`: none.
+    pub audit: Option<AuditConfig>,
 }
 
 impl EngineConfig {
@@ -262,6 +265,7 @@ impl EngineConfig {
             drift: config.drift.clone(),
             scoring: config.scoring.clone(),
             keep_models: config.state.keep_models,
+            audit: config.audit.clone(),
         }
     }
 }
@@ -369,6 +373,11 @@ pub struct Engine {
     /// Scores unlabeled events and dead-letters bad ones (off for a trainer: the scorers own
     /// the unlabeled channel's outputs).
     scores: bool,
+    /// Runs `[audit]`'s audits ([`Engine::set_auditor`]); `None`: no audit.
+    auditor: Option<Box<dyn AuditRunner>>,
+    /// Event time of the last audit's sample, and the audits started.
+    last_audit_ts: Option<i64>,
+    audits: u64,
 }
 
 /// Which events [`Engine::newest_scored`] picks: of `channel`, the newest `limit` that the
@@ -508,6 +517,9 @@ impl Engine {
             training: false,
             trains: true,
             scores: true,
+            auditor: None,
+            last_audit_ts: None,
+            audits: 0,
         };
         if let Some(n) = engine.config.model.n_features {
             engine.dim = Some(n);
@@ -665,6 +677,81 @@ impl Engine {
     /// The model that scores now.
     pub fn active(&self) -> Option<Arc<StoredModel>> {
         self.registry.active()
+    }
+
+    /// With `[audit]`: `runner` runs the audits this engine finds due (once a model is
+    /// active, then every `audit.every` of event time); without it, ignored.
+    pub fn set_auditor(&mut self, runner: Box<dyn AuditRunner>) {
+        if self.config.audit.is_some() {
+            self.auditor = Some(runner);
+        }
+    }
+
+    /// Hands a due audit its sample of the windows: one runs at a time, off this thread.
+    fn start_due_audit(&mut self) {
+        let (Some(config), Some(newest), Some(n_features)) =
+            (&self.config.audit, self.newest_ts, self.dim)
+        else {
+            return;
+        };
+        let every = i64::try_from(config.every.0.as_millis()).unwrap_or(i64::MAX);
+        if self
+            .last_audit_ts
+            .is_some_and(|last| newest.saturating_sub(last) < every)
+            || !self.trains
+            || !self.auditor.as_ref().is_some_and(|a| !a.busy())
+        {
+            return;
+        }
+        let Some(model) = self.registry.active() else {
+            return;
+        };
+        let [p, u, n] = &self.windows;
+        fn entries(w: &Window, n_features: usize) -> Vec<&Entry> {
+            w.checked(n_features)
+                .map(|e| e.collect())
+                .unwrap_or_default()
+        }
+        // An event both labelled and in the unlabeled window counts as labelled, as in
+        // training.
+        let (positives, negatives) = (entries(p, n_features), entries(n, n_features));
+        let labelled: HashSet<&str> = positives
+            .iter()
+            .chain(&negatives)
+            .map(|e| e.id.as_str())
+            .collect();
+        let unlabeled: Vec<&Entry> = entries(u, n_features)
+            .into_iter()
+            .filter(|e| !labelled.contains(e.id.as_str()))
+            .collect();
+        let number = self.audits + 1;
+        let Some(sample) = draw_sample(
+            [positives, unlabeled, negatives],
+            n_features,
+            config.max_rows,
+            config.seed.wrapping_add(number),
+        ) else {
+            return;
+        };
+        let prior = config.prior.or(self.config.model.prior).unwrap_or(0.5);
+        let job = AuditJob {
+            number,
+            event_time: newest,
+            sample,
+            model: Some(model),
+            config: config.clone(),
+            prior,
+        };
+        self.audits = number;
+        self.last_audit_ts = Some(newest);
+        tracing::info!(
+            audit = number,
+            rows = job.sample.len(),
+            "audit started on a sample of the windows"
+        );
+        if let Some(runner) = self.auditor.as_mut() {
+            runner.start(job);
+        }
     }
 
     /// The locked feature dimension, if any.
@@ -932,6 +1019,9 @@ impl Engine {
         self.publish_window(channel);
         if self.inline_retrain && self.retrain_due() {
             self.retrain();
+        }
+        if outcome == EventOutcome::Windowed {
+            self.start_due_audit();
         }
         if outcome == EventOutcome::Windowed {
             self.note_feedback(channel);

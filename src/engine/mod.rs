@@ -17,6 +17,9 @@
 //! - [`scoring`]: a batch of events scored by one model, and the score object.
 //! - [`drift`]: the drift detector on the active model's unlabeled scores (two-sample KS
 //!   against its reference scores).
+//! - [`audit`]: the background audit: a stratified sample of the windows certified by the
+//!   exact S3VM, the active model's labelling measured against it, the runner trait the
+//!   daemon implements and the board `GET /v1/audit` reads.
 //! - [`prequential`]: a replay's test-then-train accounting: per-block observed FPR and TPR
 //!   against the events' truth, blocks beyond binomial noise, figures per model and threshold
 //!   version (`replay --report json`).
@@ -26,6 +29,7 @@
 //! [`crate::data`], [`crate::learn`], [`crate::config`] (its own sections) and
 //! [`crate::telemetry`], never on rdkafka, tokio or axum, and nothing below points up to it.
 
+pub mod audit;
 pub mod drift;
 pub mod machine;
 pub mod outputs;

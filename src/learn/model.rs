@@ -246,6 +246,30 @@ impl Model {
         }
     }
 
+    /// The labelling this model gives `data`, ±1 per row: labelled rows keep their labels,
+    /// unlabeled ones take its decision (its threshold, else score ≥ 0); `scores` receives
+    /// every row's score. How `certify --compare-model` and the daemon's audit compare a
+    /// model with the exact S3VM's optimum.
+    pub fn labelling(&self, data: &Dataset, scores: &mut [f64]) -> Vec<f64> {
+        self.score_batch(&data.rows, scores);
+        let threshold = self.threshold();
+        data.labels
+            .iter()
+            .zip(scores.iter())
+            .map(|(&label, &score)| match label {
+                Label::Unlabeled => {
+                    let flagged = threshold.map_or(score >= 0.0, |t| t.is_positive(score));
+                    if flagged {
+                        1.0
+                    } else {
+                        -1.0
+                    }
+                }
+                l => f64::from(l.code()),
+            })
+            .collect()
+    }
+
     /// Replaces the calibrated threshold (a fresh one between retrains).
     pub fn set_threshold(&mut self, threshold: ThresholdResult) {
         match self {

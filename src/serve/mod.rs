@@ -8,6 +8,7 @@
 //! | `POST /v1/score` | one event → one score object; an array → an array, same order |
 //! | `GET /v1/model` | the active model's metadata and threshold |
 //! | `GET /v1/models` | the remembered models, newest first, with which one is active |
+//! | `GET /v1/audit` | the last `[audit]` report (404 without `[audit]`, 503 before the first) |
 //! | `POST /v1/model/rollback` | admin (bearer token): reinstate the previous model |
 //! | `POST /v1/events/{channel}` | admin (bearer token): events into the daemon's intake |
 //! | `GET /metrics` | Prometheus text exposition |
@@ -53,6 +54,7 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::config::{HttpConfig, Secret};
+use crate::engine::audit::{AuditBoard, AuditReport};
 use crate::engine::registry::Registry;
 use crate::engine::store::ModelStore;
 use crate::stream::EventLimits;
@@ -118,6 +120,8 @@ pub struct AppState {
     pub limits: HttpLimits,
     /// Where `POST /v1/events/{channel}` sends the events.
     pub events: EventsTarget,
+    /// The last audit; `None` without `[audit]`.
+    pub audit: Option<AuditBoard>,
 }
 
 type Shared = Arc<AppState>;
@@ -130,6 +134,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/score", post(score::score))
         .route("/v1/model", get(model::active))
         .route("/v1/models", get(model::list))
+        .route("/v1/audit", get(audit))
         .route("/v1/model/rollback", post(admin::rollback))
         .route("/v1/events/{channel}", post(events::post))
         .route_layer(GlobalConcurrencyLimitLayer::new(
@@ -302,6 +307,27 @@ async fn metrics(State(state): State<Shared>) -> Result<Response, ApiError> {
 /// Liveness: answering at all is the signal.
 async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
+}
+
+/// The last audit's report (`[audit]`): 404 when the daemon runs none, 503 until the first
+/// one finishes.
+async fn audit(State(state): State<Shared>) -> Result<Json<AuditReport>, ApiError> {
+    let board = state.audit.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no audit is configured (add an [audit] table to the configuration)",
+        )
+    })?;
+    board.last().map(Json).ok_or_else(|| {
+        let error = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no audit has finished yet: the first starts once a model is active",
+        );
+        match board.running() {
+            Some(number) => error.with("running", number),
+            None => error,
+        }
+    })
 }
 
 /// Readiness: scoring works only once a model is active, so a load balancer should not send

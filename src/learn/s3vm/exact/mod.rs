@@ -8,6 +8,8 @@
 //! - [`qp24`]: QP (24), the exact value of one full labelling (leaves, incumbents).
 //! - [`heuristic`]: the 2-opt local search of note B.4.7 (Proposition 2, O(1) pair moves).
 //! - [`branching`]: the rank-sum rule of note B.4.8 with the most-fractional fallback.
+//! - [`instance`]: model (8) of a dataset (standardised rows, kernel, penalties, C) and a
+//!   start labelling that meets a balance row.
 //!
 //! A node (note B.4.6) is the working form (17): boxes L ≤ x ≤ U and ū (branching sets
 //! U_i = −1 in one child and L_i = 1 in the other), the RLT cuts it inherits, and the bound
@@ -23,6 +25,7 @@
 
 pub mod branching;
 pub mod heuristic;
+pub mod instance;
 pub mod qp24;
 
 use std::cmp::Ordering as CmpOrdering;
