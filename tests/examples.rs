@@ -3,8 +3,8 @@
 //! daemon of the README's first command (`run --config config/neyman.toml`), and the Kafka
 //! quickstart — `scripts/dev-broker.sh`, `run --config config/kafka.toml`, `replay --to-kafka`
 //! and `examples/kafka_read_scores.py` (with `NEYMAN_PYTHON`, a Python with confluent-kafka,
-//! as in tests/kafka_interop.rs); and `examples/post_events.py` on the HTTP-only daemon of
-//! `config/http.toml`.
+//! as in tests/kafka_interop.rs); `examples/post_events.py` on the HTTP-only daemon of
+//! `config/http.toml`; and `examples/audit.sh` on the first command's daemon with an audit.
 
 mod common;
 
@@ -140,6 +140,52 @@ fn score_sh_scores_an_event_on_the_daemon_of_the_first_command() {
 
 /// README, *Feedback without Kafka*: `python3 examples/post_events.py` on the daemon of
 /// `run --config config/http.toml`, which learns from the posted events alone.
+/// README, *Auditing the active model*: the first command's daemon with
+/// `NEYMAN_AUDIT_MAX_ROWS=60 NEYMAN_AUDIT_TIME_LIMIT=30s`, then `bash examples/audit.sh`.
+#[test]
+fn audit_sh_shows_the_first_audit_of_the_first_commands_daemon() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scores = dir.path().join("scores.jsonl");
+    let dlq = dir.path().join("dlq.jsonl");
+    let mut daemon = Daemon::start_config(
+        &Path::new(ROOT).join("config/neyman.toml"),
+        &dir.path().join("state"),
+        &[
+            ("NEYMAN_OUTPUT_SCORES", scores.to_str().expect("utf-8")),
+            ("NEYMAN_OUTPUT_DLQ", dlq.to_str().expect("utf-8")),
+            ("NEYMAN_AUDIT_MAX_ROWS", "60"),
+            ("NEYMAN_AUDIT_TIME_LIMIT", "30s"),
+        ],
+    );
+    let url = format!("http://127.0.0.1:{}", daemon.port);
+    let (status, out, err) = run("bash", &["examples/audit.sh", &url]);
+    assert!(status.success(), "{status}\n{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let report: Value = serde_json::from_str(lines[0]).expect("report JSON");
+    assert_eq!(report["number"], 1, "{report}");
+    assert_eq!(report["rows"], 60, "{report}");
+    assert!(
+        report["gap"]
+            .as_f64()
+            .is_some_and(|g| (0.0..1.0).contains(&g)),
+        "{report}"
+    );
+    assert!(
+        report["model_gap"]
+            .as_f64()
+            .is_some_and(|g| g >= report["gap"].as_f64().unwrap_or(1.0) - 1e-9),
+        "{report}"
+    );
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|l| l.starts_with("neyman_audit_gap ")),
+        "{out}"
+    );
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "{status}\n{log}");
+}
+
 #[test]
 fn post_events_py_feeds_the_http_only_daemon_until_it_has_a_model() {
     let dir = tempfile::tempdir().expect("tempdir");
