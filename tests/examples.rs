@@ -147,7 +147,7 @@ fn audit_sh_shows_the_first_audit_of_the_first_commands_daemon() {
     let dir = tempfile::tempdir().expect("tempdir");
     let scores = dir.path().join("scores.jsonl");
     let dlq = dir.path().join("dlq.jsonl");
-    let mut daemon = Daemon::start_config(
+    let daemon = Daemon::start_config(
         &Path::new(ROOT).join("config/neyman.toml"),
         &dir.path().join("state"),
         &[
