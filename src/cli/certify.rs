@@ -223,9 +223,15 @@ impl SearchLog {
             SearchEvent::Node(p) => p,
             SearchEvent::Root(r) => {
                 return self.print(format!(
-                    "certify {:.1} s: root round {}, cuts +{} -{} = {}, LB {:.6e}, gap {:.3} %",
+                    "certify {:.1} s: root round {} ({} IPM iterations, {}), cuts +{} -{} = {}, \
+                     LB {:.6e}, gap {:.3} %",
                     r.seconds,
                     r.round,
+                    r.iterations,
+                    serde_json::to_value(r.status)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
                     r.added,
                     r.removed,
                     r.cuts,

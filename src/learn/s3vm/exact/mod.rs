@@ -216,6 +216,9 @@ pub struct RootRound {
     pub added: usize,
     pub removed: usize,
     pub cuts: usize,
+    /// The interior-point iterations of this solve and how it ended.
+    pub iterations: usize,
+    pub status: SdpStatus,
     /// The root's safe bound so far (the best over its solves) and the incumbent.
     pub lower: f64,
     pub upper: f64,
@@ -606,6 +609,8 @@ impl CertifyValidParams {
                     added,
                     removed,
                     cuts: relaxation.cuts.len(),
+                    iterations: solution.iterations,
+                    status: solution.status,
                     lower: bound,
                     upper,
                     seconds: search.started.elapsed().as_secs_f64(),

@@ -18,7 +18,8 @@
 //!   (faer's self-adjoint eigenvalues), capped at 1.
 //! - **Stop**: relative primal infeasibility ‖b − 𝒜(Y) ∓ s‖/(1 + ‖b‖), relative dual
 //!   infeasibility ‖C̃ − Z − Σ y_k A_k‖/(1 + ‖C̃‖) (w's rows counted) and relative gap
-//!   |pobj − dobj|/(1 + |pobj| + |dobj|) all ≤ `tol`.
+//!   |pobj − dobj|/(1 + |pobj| + |dobj|) all ≤ `tol`; or [`SdpStatus::Stalled`] once the dual
+//!   side has converged and the iterates stop improving.
 
 use faer::linalg::solvers::Solve;
 use faer::{Mat, Par, Side};
@@ -39,7 +40,24 @@ pub enum SdpStatus {
     /// A Cholesky factor failed or the steps became vanishingly short; the last iterate is
     /// returned, and its safe bound is still valid.
     NumericalTrouble,
+    /// The dual infeasibility is ≤ `tol`, the gap and the primal infeasibility are small
+    /// (≤ [`STALL_GAP`], ≤ [`STALL_PRIMAL`]), but the iterates stopped improving: the primal
+    /// infeasibility rises once the gap is ≤ `tol`, or max(primal infeasibility, gap) has not
+    /// halved in [`STALL_PATIENCE`] iterations (rounding in the Schur solves as μ → 0, seen
+    /// with hundreds of RLT rows: docs/exact-s3vm.md §8). Further steps only lose accuracy;
+    /// the dual side, which is all the safe bound reads, has converged.
+    Stalled,
 }
+
+/// The cap on the starting Y's scale, in units of max(10, √n).
+const START_CAP: f64 = 3.0;
+
+/// The largest primal infeasibility [`SdpStatus::Stalled`] accepts.
+pub const STALL_PRIMAL: f64 = 1e-6;
+/// The largest relative gap [`SdpStatus::Stalled`] accepts.
+pub const STALL_GAP: f64 = 1e-6;
+/// Iterations without progress before [`SdpStatus::Stalled`].
+pub const STALL_PATIENCE: usize = 3;
 
 /// The engine's settings (unchecked); [`SdpParams::check`] validates them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -175,12 +193,16 @@ impl SdpValidParams {
         let norm_b = rows.iter().map(|r| r.rhs * r.rhs).sum::<f64>().sqrt();
         let row_norm = |r: &Row| r.sym.iter().map(|e| e.2 * e.2).sum::<f64>().sqrt();
         // SDPT3's starting point: large enough that Y and Z stay well inside the cone while the
-        // infeasibilities fall.
+        // infeasibilities fall; Y's scale capped at START_CAP·max(10, √n), since one large box
+        // bound (OBBT's, hundreds) made it 1e4 and the RLT rounds' solves 25–45 % longer
+        // (docs/exact-s3vm.md §8).
         let dim = n as f64;
+        let floor = 10f64.max(dim.sqrt());
         let xi = rows
             .iter()
             .map(|r| dim * (1.0 + r.rhs.abs()) / (1.0 + row_norm(r)))
-            .fold(10f64.max(dim.sqrt()), f64::max);
+            .fold(floor, f64::max)
+            .min(START_CAP * floor);
         let eta = rows
             .iter()
             .map(row_norm)
@@ -193,6 +215,9 @@ impl SdpValidParams {
             w: vec![eta; p],
         };
         let mut iterations = 0;
+        let mut last_pinf = f64::INFINITY;
+        // The best max(pinf, gap) so far and the iterations since it halved.
+        let (mut best, mut since_best) = (f64::INFINITY, 0usize);
         let status;
         let mut report;
         loop {
@@ -225,6 +250,21 @@ impl SdpValidParams {
                 status = SdpStatus::Optimal;
                 break;
             }
+            if pinf.max(gap) < 0.5 * best {
+                (best, since_best) = (pinf.max(gap), 0);
+            } else {
+                since_best += 1;
+            }
+            let rising = gap <= tol && pinf > last_pinf;
+            if dinf <= tol
+                && gap <= STALL_GAP
+                && pinf <= STALL_PRIMAL
+                && (rising || since_best >= STALL_PATIENCE)
+            {
+                status = SdpStatus::Stalled;
+                break;
+            }
+            last_pinf = pinf;
             if dobj > 1e8 * (1.0 + norm_c) {
                 status = SdpStatus::Infeasible;
                 break;
