@@ -462,16 +462,43 @@ seed = 1
         ),
     )
     .expect("config");
-    let stderr = std::fs::File::create(dir.path().join("stderr.log")).expect("log");
-    let child = Command::new(BIN)
+    (spawn_run(dir.path()), port, dir)
+}
+
+/// `neyman run --config DIR/neyman.toml`, its stderr appended to `DIR/stderr.log`.
+fn spawn_run(dir: &std::path::Path) -> std::process::Child {
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("stderr.log"))
+        .expect("log");
+    Command::new(BIN)
         .args(["run", "--config"])
-        .arg(&config)
+        .arg(dir.join("neyman.toml"))
         .env("RUST_LOG", "neyman=info")
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
-        .expect("start neyman run");
-    (child, port, dir)
+        .expect("start neyman run")
+}
+
+/// GET /v1/audit until it answers 200 (503 meanwhile), while `child` runs.
+fn wait_for_audit(port: u16, child: &mut std::process::Child, dir: &std::path::Path) -> Value {
+    let started = Instant::now();
+    loop {
+        match http(port, "GET", "/v1/audit", "") {
+            Ok((200, body)) => return serde_json::from_str(&body).expect("json"),
+            Ok((503, body)) => assert!(body.contains("no audit has finished yet"), "{body}"),
+            _ => {}
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(400),
+            "no audit: {}",
+            std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
+        );
+        assert!(child.try_wait().expect("status").is_none(), "exited early");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// SIGTERM, then exit 0 within a minute.
@@ -504,21 +531,7 @@ fn an_audit_certifies_a_sample_of_the_windows_and_measures_the_active_model() {
     let (mut child, port, dir) = start_run(
         "[audit]\nevery = \"1000d\"\nmax_rows = 40\ntime_limit = \"2m\"\nkernel = \"linear\"\ncl = 1.0\n",
     );
-    let started = Instant::now();
-    let report: Value = loop {
-        match http(port, "GET", "/v1/audit", "") {
-            Ok((200, body)) => break serde_json::from_str(&body).expect("json"),
-            Ok((503, body)) => assert!(body.contains("no audit has finished yet"), "{body}"),
-            _ => {}
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(400),
-            "no audit: {}",
-            std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default()
-        );
-        assert!(child.try_wait().expect("status").is_none(), "exited early");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let report = wait_for_audit(port, &mut child, dir.path());
     let f = |key: &str| {
         report[key]
             .as_f64()
@@ -576,6 +589,12 @@ fn an_audit_certifies_a_sample_of_the_windows_and_measures_the_active_model() {
     terminate(&mut child);
     let log = std::fs::read_to_string(dir.path().join("stderr.log")).expect("log");
     assert!(log.contains("audit finished"), "{log}");
+
+    // Resumed, the model is active at the first event; the audit waits for a full sample.
+    let mut child = spawn_run(dir.path());
+    let report = wait_for_audit(port, &mut child, dir.path());
+    assert_eq!(report["rows"], 40, "{report}");
+    terminate(&mut child);
 }
 
 /// A shutdown does not wait for an audit: the search is cancelled and the process exits 0

@@ -307,8 +307,8 @@ fn the_engine_matches_csdp_on_random_nodes_with_cuts() {
             .expect("safe bound");
         assert!(bound.trace_bound.is_finite());
         // ≤ the optimum; the engine's objective is within its stopping gap of it.
-        let slack = SdpParams::DEFAULT_TOL
-            * (1.0 + own.primal_objective.abs() + own.dual_objective.abs());
+        let slack =
+            SdpParams::DEFAULT_TOL * (1.0 + own.primal_objective.abs() + own.dual_objective.abs());
         assert!(
             bound.value <= own.primal_objective + slack,
             "{what}: {} vs {}",

@@ -15,7 +15,9 @@ use super::values::HumanDuration;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditConfig {
-    /// Event time between two audits; the first starts once a model is active.
+    /// Event time between two audits; the first starts once a model is active and the
+    /// windows hold `max_rows` events, or `retrain.min_positive` positives and
+    /// `retrain.min_unlabeled` unlabeled events (a resumed model is active at once).
     #[serde(default = "default_every")]
     pub every: HumanDuration,
     /// Rows of the sub-sample, at most 600: the SDP is n×n (memory n², time n³ per node).

@@ -680,7 +680,8 @@ impl Engine {
     }
 
     /// With `[audit]`: `runner` runs the audits this engine finds due (once a model is
-    /// active, then every `audit.every` of event time); without it, ignored.
+    /// active and the windows hold `audit.max_rows` events or a retrain's minimums, then every
+    /// `audit.every` of event time); without it, ignored.
     pub fn set_auditor(&mut self, runner: Box<dyn AuditRunner>) {
         if self.config.audit.is_some() {
             self.auditor = Some(runner);
@@ -707,6 +708,13 @@ impl Engine {
             return;
         };
         let [p, u, n] = &self.windows;
+        // A resumed model is active at the first event: wait for a sample worth certifying.
+        let retrain = &self.config.retrain;
+        if p.len() + u.len() + n.len() < config.max_rows
+            && (p.len() < retrain.min_positive || u.len() < retrain.min_unlabeled)
+        {
+            return;
+        }
         fn entries(w: &Window, n_features: usize) -> Vec<&Entry> {
             w.checked(n_features)
                 .map(|e| e.collect())
