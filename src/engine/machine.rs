@@ -710,9 +710,10 @@ impl Engine {
         let [p, u, n] = &self.windows;
         // A resumed model is active at the first event: wait for a sample worth certifying.
         let retrain = &self.config.retrain;
-        if p.len() + u.len() + n.len() < config.max_rows
-            && (p.len() < retrain.min_positive || u.len() < retrain.min_unlabeled)
-        {
+        let too_few = p.len() + u.len() + n.len() < config.max_rows
+            && (p.len() < retrain.min_positive || u.len() < retrain.min_unlabeled);
+        // Checked on the counts first: building the sample reads every window entry.
+        if too_few || u.is_empty() || p.len() + n.len() == 0 {
             return;
         }
         fn entries(w: &Window, n_features: usize) -> Vec<&Entry> {
