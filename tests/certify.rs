@@ -171,6 +171,29 @@ fn small_case(
     (root, labels, best, start)
 }
 
+/// The names logs and the audit report use are the JSON report's (serde) names.
+#[test]
+fn status_names_are_the_report_names() {
+    use neyman::learn::s3vm::sdp::ipm::SdpStatus;
+    for status in [
+        CertifyStatus::Optimal,
+        CertifyStatus::TimeLimit,
+        CertifyStatus::NodeLimit,
+        CertifyStatus::Cancelled,
+    ] {
+        assert_eq!(serde_json::json!(status), status.as_str());
+    }
+    for status in [
+        SdpStatus::Optimal,
+        SdpStatus::MaxIterations,
+        SdpStatus::Infeasible,
+        SdpStatus::NumericalTrouble,
+        SdpStatus::Stalled,
+    ] {
+        assert_eq!(serde_json::json!(status), status.as_str());
+    }
+}
+
 #[test]
 fn the_search_with_gap_zero_finds_the_brute_force_optimum() {
     for case in small_cases() {
@@ -247,6 +270,46 @@ fn a_node_limit_of_one_returns_the_root_bounds() {
         assert_eq!(cancelled.nodes, 1);
     }
     assert!(cancelled.lower_bound <= best);
+}
+
+/// Solves stopped after 12 iterations (never `optimal` nor `stalled`) have unconverged
+/// multipliers: the loop keeps every cut and does not stop as stalled on them, and the bound
+/// stays safe.
+#[test]
+fn unconverged_solves_drop_no_cut() {
+    use neyman::learn::s3vm::exact::SearchEvent;
+    use neyman::learn::s3vm::sdp::ipm::{SdpParams, SdpStatus};
+    let (root, _, best, start) = small_case(("sonar.csv", Kernel::Linear, 1.0, 1, true));
+    let mut rounds = Vec::new();
+    let cert = CertifyParams {
+        gap: 0.0,
+        node_limit: Some(1),
+        max_rounds: 6,
+        sdp: SdpParams {
+            max_iterations: 12,
+            ..SdpParams::default()
+        },
+        ..CertifyParams::default()
+    }
+    .check()
+    .expect("params")
+    .solve(&root, &[start], &AtomicBool::new(false), &mut |e| {
+        if let SearchEvent::Root(r) = e {
+            rounds.push(*r);
+        }
+    })
+    .expect("search");
+    // The bound of such solves hardly moves; read as stalled, the loop would end at round 2.
+    assert!(rounds.len() > 2, "{rounds:?}");
+    for r in &rounds {
+        assert_eq!(r.status, SdpStatus::MaxIterations, "round {}", r.round);
+        assert_eq!(r.removed, 0, "round {}", r.round);
+    }
+    // Each round adds cuts and keeps the earlier ones.
+    for pair in rounds.windows(2) {
+        assert_eq!(pair[1].cuts, pair[0].cuts + pair[1].added);
+    }
+    assert!(cert.lower_bound <= best * (1.0 + 1e-9));
 }
 
 /// The root's cutting-plane loop (note B.4.6: OBBT, marginals, RLT cuts) keeps its bound

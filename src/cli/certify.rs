@@ -228,10 +228,7 @@ impl SearchLog {
                     r.seconds,
                     r.round,
                     r.iterations,
-                    serde_json::to_value(r.status)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default(),
+                    r.status.as_str(),
                     r.added,
                     r.removed,
                     r.cuts,

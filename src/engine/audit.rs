@@ -22,9 +22,7 @@ use crate::engine::window::Entry;
 use crate::learn::s3vm::exact::instance::{
     balanced_start, ExactInstance, ExactKernel, InstanceSpec,
 };
-use crate::learn::s3vm::exact::{
-    qp24, relative_gap, supervised, CertifyParams, CertifyStatus, ExactError,
-};
+use crate::learn::s3vm::exact::{qp24, relative_gap, supervised, CertifyParams, ExactError};
 use crate::learn::s3vm::sdp::relax::{Balance, Relaxation};
 use crate::stream::event::features_to_rows;
 
@@ -233,13 +231,7 @@ impl AuditJob {
             let positive = unlabeled.iter().filter(|&&i| signs[i] > 0.0).count();
             positive as f64 / unlabeled.len() as f64
         };
-        report.status = match certificate.status {
-            CertifyStatus::Optimal => "optimal",
-            CertifyStatus::TimeLimit => "time_limit",
-            CertifyStatus::NodeLimit => "node_limit",
-            CertifyStatus::Cancelled => "cancelled",
-        }
-        .into();
+        report.status = certificate.status.as_str().into();
         report.objective = Some(objective);
         report.lower_bound = Some(certificate.lower_bound).filter(|b| b.is_finite());
         report.gap = Some(relative_gap(objective, certificate.lower_bound));

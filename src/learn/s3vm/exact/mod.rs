@@ -17,8 +17,9 @@
 //! (note B.4.1, one round once an incumbent exists and again when it falls by `obbt_rerun`)
 //! and projected (Remark 2; empty → pruned), then per round relaxation (20), its safe bound
 //! with T from the incumbent, the heuristic from x̂, marginals tightening (B.4.4) and RLT
-//! separation/removal (B.4.3), re-solving while the bound rises by more than `stall`, at most
-//! `max_rounds` solves. Prune when (UB − LB)/UB < `gap` (with `gap` = 0 only when LB ≥ UB),
+//! separation/removal (B.4.3), re-solving while the bound rises by more than `stall` (a solve
+//! that did not converge neither counts as stalled nor drops cuts), at most `max_rounds`
+//! solves. Prune when (UB − LB)/UB < `gap` (with `gap` = 0 only when LB ≥ UB),
 //! else branch; the children inherit the tightened boxes and the final cut set. A node with
 //! every sign fixed is a leaf, solved exactly by QP (24). The global lower bound is the least
 //! bound over open nodes and nodes pruned on the gap, capped by the incumbent.
@@ -160,6 +161,18 @@ pub enum CertifyStatus {
     TimeLimit,
     NodeLimit,
     Cancelled,
+}
+
+impl CertifyStatus {
+    /// The name the reports use (the serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CertifyStatus::Optimal => "optimal",
+            CertifyStatus::TimeLimit => "time_limit",
+            CertifyStatus::NodeLimit => "node_limit",
+            CertifyStatus::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// The incumbent and the bounds when the search ended.
@@ -644,7 +657,13 @@ impl CertifyValidParams {
             if prunable(bound, upper, params.gap) {
                 return Ok(Outcome::Closed(bound));
             }
-            let stalled = round > 1 && bound - previous <= params.stall * previous.abs();
+            // A solve that ran out of iterations or into numerical trouble still gives a safe
+            // bound, but its multipliers are not converged: a bound that did not rise then does
+            // not mean the cuts stopped paying, and a small |dual| does not mean the cut is
+            // inactive (docs/exact-s3vm.md §8).
+            let converged = matches!(solution.status, SdpStatus::Optimal | SdpStatus::Stalled);
+            let stalled =
+                converged && round > 1 && bound - previous <= params.stall * previous.abs();
             if params.cut_loop && round < params.max_rounds && !stalled && !out_of_time(search) {
                 let mut changed = 0;
                 if upper.is_finite() {
@@ -661,7 +680,10 @@ impl CertifyValidParams {
                     changed = marginals.changed;
                 }
                 let duals = cut_duals(&built, &solution.duals)?;
-                let cuts = self.tighten.separate_cuts(&relaxation, y, &duals)?;
+                let mut cuts = self.tighten.separate_cuts(&relaxation, y, &duals)?;
+                if !converged {
+                    cuts.drop.clear();
+                }
                 (added, removed) = (cuts.add.len(), cuts.drop.len());
                 relaxation.cuts = cuts.apply(&relaxation.cuts);
                 // Else the same relaxation would give the same bound.

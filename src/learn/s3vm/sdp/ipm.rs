@@ -49,6 +49,19 @@ pub enum SdpStatus {
     Stalled,
 }
 
+impl SdpStatus {
+    /// The name the reports and logs use (the serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SdpStatus::Optimal => "optimal",
+            SdpStatus::MaxIterations => "max_iterations",
+            SdpStatus::Infeasible => "infeasible",
+            SdpStatus::NumericalTrouble => "numerical_trouble",
+            SdpStatus::Stalled => "stalled",
+        }
+    }
+}
+
 /// The cap on the starting Y's scale, in units of max(10, √n).
 const START_CAP: f64 = 3.0;
 
