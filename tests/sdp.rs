@@ -462,6 +462,18 @@ proptest! {
         prop_assert_eq!(stopped.status, SdpStatus::MaxIterations);
         let bound = relaxed.safe_lower_bound(&stopped.duals, Some(upper)).expect("bound");
         prop_assert!(bound.value <= optimum + slack, "after {early} iterations: {} > {}", bound.value, optimum);
+        // A solve interrupted by its caller before step `early` + 1 ends at that same iterate.
+        let asked = std::cell::Cell::new(0usize);
+        let interrupted = SdpParams::default().check().expect("params").solve_until(
+            &relaxed.problem,
+            &|| {
+                asked.set(asked.get() + 1);
+                asked.get() > early
+            },
+        );
+        prop_assert_eq!(interrupted.status, SdpStatus::Interrupted);
+        prop_assert_eq!(interrupted.iterations, early);
+        prop_assert_eq!(&interrupted.duals, &stopped.duals);
     }
 }
 

@@ -404,8 +404,10 @@ pub struct CertifyArgs {
     /// Refuse files with more rows (the SDP is n×n: memory n², time about n³ per node).
     #[arg(long, default_value_t = 600)]
     pub max_rows: usize,
-    /// Threads for the bound tightening (OBBT) problems; nodes are evaluated one at a time
-    /// (docs/exact-s3vm.md). The result does not depend on it.
+    /// Nodes evaluated at once after the root (one thread each), and the threads of the
+    /// bound tightening (OBBT) problems. With 1 a run is deterministic; with more, the node
+    /// count and, among equally good labellings, the one returned depend on timing (the
+    /// certified bound holds either way; docs/exact-s3vm.md §8).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// A neyman model file whose labelling of the unlabeled rows is valued under the same

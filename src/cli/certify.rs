@@ -27,7 +27,7 @@ use crate::learn::s3vm::exact::{
 use crate::learn::s3vm::sdp::relax::Relaxation;
 use crate::learn::Scorer;
 
-/// Set by the Ctrl-C handler, polled by the search between nodes.
+/// Set by the Ctrl-C handler, polled by the search before every interior-point step.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 impl From<ExactError> for CliError {
@@ -52,6 +52,7 @@ pub fn certify(args: &CertifyArgs) -> Result<(), CliError> {
         gap: args.gap,
         time_limit: args.time_limit,
         node_limit: args.node_limit,
+        threads: args.threads,
         ..CertifyParams::default()
     }
     .check()?;
@@ -91,8 +92,8 @@ pub fn certify(args: &CertifyArgs) -> Result<(), CliError> {
         .chain(compare.clone())
         .collect();
     let root = Relaxation::for_labels(model.c.clone(), &data.labels, !args.no_balance)?;
-    // OBBT's problems run on these threads (nodes are evaluated one at a time); the result
-    // does not depend on their number.
+    // After the root, --threads nodes are evaluated at once (each on its own thread), and
+    // OBBT's problems run on this pool of as many threads.
     rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads)
         .thread_name(|i| format!("neyman-certify-{i}"))
@@ -183,7 +184,7 @@ fn install_interrupt_handler() {
         runtime.block_on(async {
             if tokio::signal::ctrl_c().await.is_ok() {
                 INTERRUPTED.store(true, Ordering::Relaxed);
-                eprintln!("interrupted: stopping after this node (Ctrl-C again to quit now)");
+                eprintln!("interrupted: stopping and reporting (Ctrl-C again to quit now)");
             }
             if tokio::signal::ctrl_c().await.is_ok() {
                 std::process::exit(130);

@@ -22,7 +22,9 @@
 //! solves. Prune when (UB − LB)/UB < `gap` (with `gap` = 0 only when LB ≥ UB),
 //! else branch; the children inherit the tightened boxes and the final cut set. A node with
 //! every sign fixed is a leaf, solved exactly by QP (24). The global lower bound is the least
-//! bound over open nodes and nodes pruned on the gap, capped by the incumbent.
+//! bound over open, running and gap-pruned nodes, capped by the incumbent. The root is
+//! evaluated alone; then `threads` workers each take the best open node, sharing the
+//! incumbent, the OBBT boxes and the counters (docs/exact-s3vm.md §6).
 
 pub mod branching;
 pub mod heuristic;
@@ -32,6 +34,7 @@ pub mod qp24;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use faer::Mat;
@@ -87,6 +90,12 @@ pub struct CertifyParams {
     pub obbt_rerun: f64,
     /// RLT and tightening tolerances (note B.4.10).
     pub tighten: TightenParams,
+    /// Nodes evaluated at once after the root, each on its own thread (the SDP engine is
+    /// single-threaded, so on a machine of k cores k nodes cost about what one does). With
+    /// 1 a run is deterministic; with more, which node improves the incumbent first depends
+    /// on timing, so the node count and among equally good labellings the one returned may
+    /// differ between runs; the certified bound is valid either way.
+    pub threads: usize,
 }
 
 impl Default for CertifyParams {
@@ -101,6 +110,7 @@ impl Default for CertifyParams {
             stall: 1e-3,
             obbt_rerun: 1e-2,
             tighten: TightenParams::default(),
+            threads: 1,
         }
     }
 }
@@ -125,6 +135,9 @@ impl CertifyParams {
         }
         if self.node_limit == Some(0) {
             return Err(ExactError::Param("the node limit must be ≥ 1".into()));
+        }
+        if self.threads == 0 {
+            return Err(ExactError::Param("the node threads must be ≥ 1".into()));
         }
         if self.max_rounds == 0 {
             return Err(ExactError::Param("the solves per node must be ≥ 1".into()));
@@ -318,28 +331,128 @@ impl Incumbent {
     }
 }
 
-/// What the search keeps across nodes: the incumbent, the root boxes OBBT tightened (valid
-/// for every point at or below the incumbent, so every node is intersected with them), the
-/// counters and the event sink.
-struct Search<'a> {
-    started: Instant,
+/// What the node workers share besides the open nodes: the incumbent, the root boxes OBBT
+/// tightened (valid for every point at or below the incumbent, so every node is intersected
+/// with them) and the counters.
+struct Shared {
     incumbent: Option<Incumbent>,
     /// The root's boxes after OBBT; `None` before the first round.
     global: Option<Boxes>,
     /// The incumbent the last OBBT round ran for.
     obbt_upper: f64,
+    /// A worker is running an OBBT round (one at a time; the others go on with their nodes).
+    obbt_running: bool,
     sdp_solves: usize,
     root_rounds: usize,
     root_cuts: usize,
     obbt_rounds: usize,
     obbt_seconds: f64,
-    events: &'a mut dyn FnMut(&SearchEvent),
+}
+
+/// What the search keeps across nodes: the shared state and the event sink, each behind a
+/// lock so that node workers can run at once (lock order: [`Queue`], then these).
+struct Search<'a> {
+    started: Instant,
+    shared: Mutex<Shared>,
+    events: Mutex<&'a mut (dyn FnMut(&SearchEvent) + Send)>,
+}
+
+/// A lock whose holder panicked still guards consistent data here (every update is a few
+/// assignments), and the panic itself reaches the caller through the thread scope.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Search<'_> {
     /// Whether `time_limit` seconds have passed since the search started.
     fn past(&self, time_limit: Option<f64>) -> bool {
         time_limit.is_some_and(|t| self.started.elapsed().as_secs_f64() >= t)
+    }
+
+    fn shared(&self) -> MutexGuard<'_, Shared> {
+        lock(&self.shared)
+    }
+
+    fn upper(&self) -> f64 {
+        Incumbent::upper(&self.shared().incumbent)
+    }
+
+    fn offer(&self, signs: Vec<f64>, solution: Qp24Solution) {
+        Incumbent::offer(&mut self.shared().incumbent, signs, solution);
+    }
+
+    fn emit(&self, event: &SearchEvent) {
+        (lock(&self.events))(event);
+    }
+}
+
+/// The open nodes and the nodes being evaluated.
+struct Queue {
+    heap: BinaryHeap<Node>,
+    /// The id and inherited bound of each node a worker is evaluating: they count in the
+    /// global bound until settled.
+    running: Vec<(u64, f64)>,
+    next_id: u64,
+    /// Nodes taken so far, root counted.
+    nodes: usize,
+    /// The least bound of the nodes pruned on the gap (their subtrees may hold a slightly
+    /// better labelling).
+    pruned_bound: f64,
+    /// Why the search stops before the tree is closed, once a worker saw it.
+    stop: Option<CertifyStatus>,
+    /// The first error a worker met; the others stop after their node.
+    error: Option<ExactError>,
+}
+
+impl Queue {
+    /// Records what evaluating a node gave: its bound if it closed, else its two children.
+    fn settle(&mut self, outcome: Outcome, upper: f64) {
+        match outcome {
+            Outcome::Closed(bound) => {
+                if bound < upper {
+                    self.pruned_bound = self.pruned_bound.min(bound);
+                }
+            }
+            Outcome::Branch {
+                bound,
+                point,
+                boxes,
+                cuts,
+            } => {
+                for (lower, upper) in [(f64::NEG_INFINITY, -1.0), (1.0, f64::INFINITY)] {
+                    let mut child = Node {
+                        boxes: boxes.clone(),
+                        cuts: cuts.clone(),
+                        bound,
+                        id: self.next_id,
+                    };
+                    self.next_id += 1;
+                    child.boxes.lower[point] = child.boxes.lower[point].max(lower);
+                    child.boxes.upper[point] = child.boxes.upper[point].min(upper);
+                    self.heap.push(child);
+                }
+            }
+        }
+    }
+
+    /// The global safe lower bound: the least of the open and running nodes' bounds, the
+    /// gap-pruned nodes' bounds and the incumbent.
+    fn global_lower(&self, upper: f64) -> f64 {
+        self.heap
+            .iter()
+            .map(|n| n.bound)
+            .chain(self.running.iter().map(|r| r.1))
+            .fold(self.pruned_bound.min(upper), f64::min)
+    }
+
+    fn progress(&self, upper: f64, search: &Search<'_>) -> SearchEvent {
+        SearchEvent::Node(SearchProgress {
+            nodes: self.nodes,
+            open: self.heap.len() + self.running.len(),
+            upper,
+            lower: self.global_lower(upper),
+            seconds: search.started.elapsed().as_secs_f64(),
+        })
     }
 }
 
@@ -365,27 +478,30 @@ impl CertifyValidParams {
     /// (±1 per point) the incumbent is first sought from, each through QP (24) and the local
     /// search; `cancel` set stops the search with [`CertifyStatus::Cancelled`]; `events`
     /// sees the state after every node, each root cutting-plane round and each OBBT round.
+    /// The root is evaluated alone, then `threads` workers take the best open nodes.
     pub fn solve(
         &self,
         root: &Relaxation,
         starts: &[Vec<f64>],
         cancel: &AtomicBool,
-        events: &mut dyn FnMut(&SearchEvent),
+        events: &mut (dyn FnMut(&SearchEvent) + Send),
     ) -> Result<Certificate, ExactError> {
-        let params = &self.params;
         let n = root.c.nrows();
         let balance = root.balance.as_ref();
-        let mut search = Search {
+        let search = Search {
             started: Instant::now(),
-            incumbent: None,
-            global: None,
-            obbt_upper: f64::INFINITY,
-            sdp_solves: 0,
-            root_rounds: 0,
-            root_cuts: 0,
-            obbt_rounds: 0,
-            obbt_seconds: 0.0,
-            events,
+            shared: Mutex::new(Shared {
+                incumbent: None,
+                global: None,
+                obbt_upper: f64::INFINITY,
+                obbt_running: false,
+                sdp_solves: 0,
+                root_rounds: 0,
+                root_cuts: 0,
+                obbt_rounds: 0,
+                obbt_seconds: 0.0,
+            }),
+            events: Mutex::new(events),
         };
         let root_free: Vec<usize> = (0..n)
             .filter(|&i| fixed_sign(root.lower[i], root.upper[i]).is_none())
@@ -398,11 +514,10 @@ impl CertifyValidParams {
                 )));
             }
             if let Some((s, sol)) = heuristic::improve(&root.c, signs, &root_free, balance)? {
-                Incumbent::offer(&mut search.incumbent, s, sol);
+                search.offer(s, sol);
             }
         }
-        let mut heap = BinaryHeap::new();
-        heap.push(Node {
+        let root_node = Node {
             boxes: Boxes {
                 lower: root.lower.clone(),
                 upper: root.upper.clone(),
@@ -411,135 +526,178 @@ impl CertifyValidParams {
             cuts: root.cuts.clone(),
             bound: f64::NEG_INFINITY,
             id: 0,
-        });
-        let mut next_id = 1u64;
-        let mut nodes = 0usize;
-        // The least bound of the nodes pruned on the gap (their subtrees may hold a slightly
-        // better labelling).
-        let mut pruned_bound = f64::INFINITY;
-        let (mut root_lower_bound, mut root_upper_bound) = (f64::NEG_INFINITY, f64::INFINITY);
-        let mut status = CertifyStatus::Optimal;
-        while let Some(node) = heap.peek() {
-            let upper = Incumbent::upper(&search.incumbent);
-            if prunable(node.bound, upper, params.gap) {
-                if node.bound < upper {
-                    pruned_bound = pruned_bound.min(node.bound);
+        };
+        let mut queue = Queue {
+            heap: BinaryHeap::new(),
+            running: Vec::new(),
+            next_id: 1,
+            nodes: 1,
+            pruned_bound: f64::INFINITY,
+            stop: None,
+            error: None,
+        };
+        let outcome = self.evaluate(root, &root_node, true, cancel, &search)?;
+        let root_lower_bound = match &outcome {
+            Outcome::Closed(b) | Outcome::Branch { bound: b, .. } => *b,
+        };
+        let root_upper_bound = search.upper();
+        queue.settle(outcome, root_upper_bound);
+        search.emit(&queue.progress(root_upper_bound, &search));
+        let queue = Mutex::new(queue);
+        let wake = Condvar::new();
+        if self.params.threads == 1 {
+            self.work(root, cancel, &search, &queue, &wake);
+        } else {
+            std::thread::scope(|scope| {
+                for _ in 0..self.params.threads {
+                    scope.spawn(|| self.work(root, cancel, &search, &queue, &wake));
                 }
-                heap.pop();
-                continue;
-            }
-            if nodes > 0 {
-                if cancel.load(Ordering::Relaxed) {
-                    status = CertifyStatus::Cancelled;
-                    break;
-                }
-                if search.past(params.time_limit) {
-                    status = CertifyStatus::TimeLimit;
-                    break;
-                }
-                if params.node_limit.is_some_and(|m| nodes >= m) {
-                    status = CertifyStatus::NodeLimit;
-                    break;
-                }
-            }
-            let Some(node) = heap.pop() else { break };
-            nodes += 1;
-            let outcome = self.evaluate(root, &node, nodes == 1, cancel, &mut search)?;
-            if nodes == 1 {
-                root_lower_bound = match &outcome {
-                    Outcome::Closed(b) | Outcome::Branch { bound: b, .. } => *b,
-                };
-                root_upper_bound = Incumbent::upper(&search.incumbent);
-            }
-            match outcome {
-                Outcome::Closed(bound) => {
-                    if bound < Incumbent::upper(&search.incumbent) {
-                        pruned_bound = pruned_bound.min(bound);
-                    }
-                }
-                Outcome::Branch {
-                    bound,
-                    point,
-                    boxes,
-                    cuts,
-                } => {
-                    for (lower, upper) in [(f64::NEG_INFINITY, -1.0), (1.0, f64::INFINITY)] {
-                        let mut child = Node {
-                            boxes: boxes.clone(),
-                            cuts: cuts.clone(),
-                            bound,
-                            id: next_id,
-                        };
-                        next_id += 1;
-                        child.boxes.lower[point] = child.boxes.lower[point].max(lower);
-                        child.boxes.upper[point] = child.boxes.upper[point].min(upper);
-                        heap.push(child);
-                    }
-                }
-            }
-            let upper = Incumbent::upper(&search.incumbent);
-            (search.events)(&SearchEvent::Node(SearchProgress {
-                nodes,
-                open: heap.len(),
-                upper,
-                lower: global_lower(&heap, pruned_bound, upper),
-                seconds: search.started.elapsed().as_secs_f64(),
-            }));
+            });
         }
-        let Some(best) = search.incumbent else {
+        let queue = queue.into_inner().unwrap_or_else(PoisonError::into_inner);
+        if let Some(e) = queue.error {
+            return Err(e);
+        }
+        let shared = search
+            .shared
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(best) = shared.incumbent else {
             return Err(ExactError::NoIncumbent);
         };
         let upper = best.solution.objective;
         Ok(Certificate {
-            status,
-            lower_bound: global_lower(&heap, pruned_bound, upper),
+            status: queue.stop.unwrap_or(CertifyStatus::Optimal),
+            lower_bound: queue.global_lower(upper),
             signs: best.signs,
             incumbent: best.solution,
-            nodes,
+            nodes: queue.nodes,
             root_lower_bound,
             root_upper_bound,
-            sdp_solves: search.sdp_solves,
-            root_rounds: search.root_rounds,
-            root_cuts: search.root_cuts,
-            obbt_rounds: search.obbt_rounds,
-            obbt_seconds: search.obbt_seconds,
+            sdp_solves: shared.sdp_solves,
+            root_rounds: shared.root_rounds,
+            root_cuts: shared.root_cuts,
+            obbt_rounds: shared.obbt_rounds,
+            obbt_seconds: shared.obbt_seconds,
         })
+    }
+
+    /// One node worker: takes the best open node (pruning those within the gap of the
+    /// incumbent), evaluates it and settles the outcome, until the tree is closed, a limit
+    /// is reached, the search is cancelled or a worker met an error. A worker that finds no
+    /// open node while others still evaluate waits for their children.
+    fn work(
+        &self,
+        root: &Relaxation,
+        cancel: &AtomicBool,
+        search: &Search<'_>,
+        queue: &Mutex<Queue>,
+        wake: &Condvar,
+    ) {
+        let params = &self.params;
+        loop {
+            let node = {
+                let mut q = lock(queue);
+                loop {
+                    if q.stop.is_some() || q.error.is_some() {
+                        return;
+                    }
+                    let upper = search.upper();
+                    if let Some(node) = q.heap.peek() {
+                        if prunable(node.bound, upper, params.gap) {
+                            if node.bound < upper {
+                                q.pruned_bound = q.pruned_bound.min(node.bound);
+                            }
+                            q.heap.pop();
+                            continue;
+                        }
+                        let stop = if cancel.load(Ordering::Relaxed) {
+                            Some(CertifyStatus::Cancelled)
+                        } else if search.past(params.time_limit) {
+                            Some(CertifyStatus::TimeLimit)
+                        } else if params.node_limit.is_some_and(|m| q.nodes >= m) {
+                            Some(CertifyStatus::NodeLimit)
+                        } else {
+                            None
+                        };
+                        if stop.is_some() {
+                            q.stop = stop;
+                            wake.notify_all();
+                            return;
+                        }
+                        if let Some(node) = q.heap.pop() {
+                            q.nodes += 1;
+                            q.running.push((node.id, node.bound));
+                            break node;
+                        }
+                    }
+                    if q.running.is_empty() {
+                        wake.notify_all();
+                        return;
+                    }
+                    q = wake.wait(q).unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            let outcome = self.evaluate(root, &node, false, cancel, search);
+            let mut q = lock(queue);
+            q.running.retain(|r| r.0 != node.id);
+            match outcome {
+                Ok(outcome) => q.settle(outcome, search.upper()),
+                Err(e) => {
+                    q.error.get_or_insert(e);
+                }
+            }
+            search.emit(&q.progress(search.upper(), search));
+            wake.notify_all();
+        }
     }
 
     /// One OBBT round (note B.4.1) on the root boxes when it is due — the first incumbent,
     /// or one more than `obbt_rerun` below the last round's — kept as the boxes every node is
     /// intersected with. An infeasible outcome (no point below the incumbent) leaves the
     /// boxes: the nodes then close on their own bounds.
-    fn obbt_round(&self, root: &Relaxation, search: &mut Search<'_>) -> Result<(), ExactError> {
-        let upper = Incumbent::upper(&search.incumbent);
-        let due = upper.is_finite()
-            && (search.obbt_upper.is_infinite()
-                || upper < search.obbt_upper * (1.0 - self.params.obbt_rerun));
-        if !(self.params.cut_loop && due) {
-            return Ok(());
-        }
+    fn obbt_round(&self, root: &Relaxation, search: &Search<'_>) -> Result<(), ExactError> {
+        let (upper, boxes) = {
+            let mut shared = search.shared();
+            let upper = Incumbent::upper(&shared.incumbent);
+            let due = upper.is_finite()
+                && !shared.obbt_running
+                && (shared.obbt_upper.is_infinite()
+                    || upper < shared.obbt_upper * (1.0 - self.params.obbt_rerun));
+            if !(self.params.cut_loop && due) {
+                return Ok(());
+            }
+            shared.obbt_running = true;
+            (upper, shared.global.clone())
+        };
         let started = Instant::now();
         let mut relaxation = root.clone();
-        if let Some(global) = &search.global {
-            relaxation.lower.clone_from(&global.lower);
-            relaxation.upper.clone_from(&global.upper);
-            relaxation.diag_upper.clone_from(&global.diag_upper);
+        if let Some(global) = boxes {
+            relaxation.lower = global.lower;
+            relaxation.upper = global.upper;
+            relaxation.diag_upper = global.diag_upper;
         }
-        let round = self.tighten.obbt(&mut relaxation, upper)?;
+        let round = self.tighten.obbt(&mut relaxation, upper);
         let took = started.elapsed().as_secs_f64();
-        search.obbt_upper = upper;
-        search.obbt_rounds += 1;
-        search.obbt_seconds += took;
-        if round.infeasible.is_none() {
-            search.global = Some(Boxes {
-                lower: relaxation.lower,
-                upper: relaxation.upper,
-                diag_upper: relaxation.diag_upper,
-            });
-        }
-        (search.events)(&SearchEvent::Obbt(ObbtReport {
+        let changed = {
+            let mut shared = search.shared();
+            shared.obbt_running = false;
+            let round = round?;
+            shared.obbt_upper = upper;
+            shared.obbt_rounds += 1;
+            shared.obbt_seconds += took;
+            if round.infeasible.is_none() {
+                shared.global = Some(Boxes {
+                    lower: relaxation.lower,
+                    upper: relaxation.upper,
+                    diag_upper: relaxation.diag_upper,
+                });
+            }
+            round.changed
+        };
+        search.emit(&SearchEvent::Obbt(ObbtReport {
             upper,
-            changed: round.changed,
+            changed,
             took,
             seconds: search.started.elapsed().as_secs_f64(),
         }));
@@ -560,7 +718,7 @@ impl CertifyValidParams {
         node: &Node,
         is_root: bool,
         cancel: &AtomicBool,
-        search: &mut Search<'_>,
+        search: &Search<'_>,
     ) -> Result<Outcome, ExactError> {
         let n = root.c.nrows();
         let balance = root.balance.as_ref();
@@ -577,12 +735,10 @@ impl CertifyValidParams {
             cuts: node.cuts.clone(),
         };
         // Nothing in the node at or below the incumbent (or nothing at all).
-        let empty = |search: &Search<'_>, bound: f64| {
-            Outcome::Closed(bound.max(Incumbent::upper(&search.incumbent)))
-        };
+        let empty = |bound: f64| Outcome::Closed(bound.max(search.upper()));
         self.obbt_round(root, search)?;
         if !intersect_global(&mut relaxation, search) {
-            return Ok(empty(search, node.bound));
+            return Ok(empty(node.bound));
         }
         let mut bound = node.bound;
         let mut tried: Vec<Vec<f64>> = Vec::new();
@@ -598,26 +754,34 @@ impl CertifyValidParams {
                 return Ok(match qp24::solve(&root.c, &signs, balance)? {
                     Some(sol) => {
                         let value = sol.objective;
-                        Incumbent::offer(&mut search.incumbent, signs, sol);
+                        search.offer(signs, sol);
                         Outcome::Closed(value)
                     }
                     None => Outcome::Closed(f64::INFINITY),
                 });
             }
             let built = relaxation.build()?;
-            let solution = self.sdp.solve(&built.problem);
-            search.sdp_solves += 1;
+            // A time limit or a cancel interrupts the solve (its safe bound still holds), but
+            // not the root's first one: the root is always evaluated.
+            let first = is_root && round == 0;
+            let solution = self.sdp.solve_until(&built.problem, &|| {
+                cancel.load(Ordering::Relaxed) || (!first && search.past(params.time_limit))
+            });
+            search.shared().sdp_solves += 1;
             round += 1;
-            let upper = Incumbent::upper(&search.incumbent);
+            let upper = search.upper();
             let safe = built
                 .safe_lower_bound(&solution.duals, upper.is_finite().then_some(upper))?
                 .value;
             let previous = bound;
             bound = bound.max(safe);
             if is_root {
-                search.root_rounds = round;
-                search.root_cuts = relaxation.cuts.len();
-                (search.events)(&SearchEvent::Root(RootRound {
+                {
+                    let mut shared = search.shared();
+                    shared.root_rounds = round;
+                    shared.root_cuts = relaxation.cuts.len();
+                }
+                search.emit(&SearchEvent::Root(RootRound {
                     round,
                     added,
                     removed,
@@ -641,19 +805,21 @@ impl CertifyValidParams {
                 if let Some((signs, sol)) =
                     heuristic::improve(&root.c, &start, &undecided, balance)?
                 {
-                    Incumbent::offer(&mut search.incumbent, signs, sol);
+                    search.offer(signs, sol);
                 }
                 tried.push(start.clone());
                 // Note B.4.6 step 3: a better incumbent re-runs OBBT (when it is due).
-                let rounds = search.obbt_rounds;
+                let rounds = search.shared().obbt_rounds;
                 if !out_of_time(search) {
                     self.obbt_round(root, search)?;
                 }
-                if search.obbt_rounds > rounds && !intersect_global(&mut relaxation, search) {
-                    return Ok(empty(search, bound));
+                if search.shared().obbt_rounds > rounds
+                    && !intersect_global(&mut relaxation, search)
+                {
+                    return Ok(empty(bound));
                 }
             }
-            let upper = Incumbent::upper(&search.incumbent);
+            let upper = search.upper();
             if prunable(bound, upper, params.gap) {
                 return Ok(Outcome::Closed(bound));
             }
@@ -675,7 +841,7 @@ impl CertifyValidParams {
                         upper,
                     )?;
                     if marginals.infeasible.is_some() {
-                        return Ok(empty(search, bound));
+                        return Ok(empty(bound));
                     }
                     changed = marginals.changed;
                 }
@@ -725,7 +891,7 @@ impl CertifyValidParams {
 /// Intersects the node's boxes with the root's OBBT boxes and projects them (Remark 2);
 /// `false` when the node is then empty.
 fn intersect_global(relaxation: &mut Relaxation, search: &Search<'_>) -> bool {
-    if let Some(global) = &search.global {
+    if let Some(global) = &search.shared().global {
         for (i, l) in relaxation.lower.iter_mut().enumerate() {
             *l = l.max(global.lower[i]);
         }
@@ -751,14 +917,6 @@ enum Outcome {
         boxes: Boxes,
         cuts: Vec<RltCut>,
     },
-}
-
-/// The global safe lower bound: the least of the open nodes' bounds, the gap-pruned nodes'
-/// bounds and the incumbent.
-fn global_lower(heap: &BinaryHeap<Node>, pruned_bound: f64, upper: f64) -> f64 {
-    heap.iter()
-        .map(|n| n.bound)
-        .fold(pruned_bound.min(upper), f64::min)
 }
 
 /// The supervised L2-SVM of model (8) on the labelled points alone (no balance row; the

@@ -47,6 +47,9 @@ pub enum SdpStatus {
     /// with hundreds of RLT rows: docs/exact-s3vm.md §8). Further steps only lose accuracy;
     /// the dual side, which is all the safe bound reads, has converged.
     Stalled,
+    /// The caller's stop test ([`SdpValidParams::solve_until`]: a time limit, a cancel) held
+    /// before convergence; the last iterate is returned, and its safe bound is still valid.
+    Interrupted,
 }
 
 impl SdpStatus {
@@ -58,6 +61,7 @@ impl SdpStatus {
             SdpStatus::Infeasible => "infeasible",
             SdpStatus::NumericalTrouble => "numerical_trouble",
             SdpStatus::Stalled => "stalled",
+            SdpStatus::Interrupted => "interrupted",
         }
     }
 }
@@ -173,6 +177,13 @@ impl SdpValidParams {
     /// Solves `problem` from the standard infeasible start (Y, s, Z, w positive multiples of
     /// the identity, y = 0). Never fails: trouble ends the solve with a status.
     pub fn solve(&self, problem: &SdpProblem) -> SdpSolution {
+        self.solve_until(problem, &|| false)
+    }
+
+    /// [`SdpValidParams::solve`], asking `stop` before every step and ending with
+    /// [`SdpStatus::Interrupted`] when it says so: a solve of a few thousand rows takes tens
+    /// of seconds, too long to overrun a time limit or a Ctrl-C by.
+    pub fn solve_until(&self, problem: &SdpProblem, stop: &dyn Fn() -> bool) -> SdpSolution {
         let n = problem.order();
         let c = problem.objective();
         let mut rows = Vec::with_capacity(problem.constraints().len());
@@ -284,6 +295,10 @@ impl SdpValidParams {
             }
             if iterations == self.params.max_iterations {
                 status = SdpStatus::MaxIterations;
+                break;
+            }
+            if stop() {
+                status = SdpStatus::Interrupted;
                 break;
             }
             let Some(step) = self.iterate(&rows, &slack_rows, &it, &rp, &rd, &rw) else {
