@@ -36,7 +36,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use faer::linalg::solvers::Solve;
-use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array2, ArrayView1, ArrayView2, Axis};
 
 use super::{certified, dual_gain, primal_gain, relative_gap, Stop, TfplError, TfplParams};
@@ -211,15 +210,15 @@ pub(super) fn solve_screened(
     };
     let mut alpha = vec![0.0; m];
     let mut last_mu_bar = f64::INFINITY;
-    let mut block = Array2::zeros((BLOCK_ROWS.min(len), d));
+    let mut block = vec![0.0; BLOCK_ROWS.min(len) * d];
     loop {
         if cancel.load(Ordering::Relaxed) {
             outcome.stop = Stop::Cancelled;
             break;
         }
         let w_view = ArrayView1::from(&pt.w[..]);
-        let sp = xp.dot(&w_view).to_vec();
-        let mut sn = negs.rows().dot(&w_view).to_vec();
+        let sp = scores(xp, &pt.w);
+        let mut sn = scores(negs.rows(), &pt.w);
         // Screened-out negatives that reach the `size`-th largest kept score join the problem
         // (see `screen`); the primal gain is the full problem's, with every negative's score.
         let mut all_sn = Vec::new();
@@ -270,8 +269,11 @@ pub(super) fn solve_screened(
         let b0: Vec<f64> = pt.mu.iter().map(|u| u * mf).collect();
         let stats = project(&a0, &b0, k, &mut alpha, &mut beta, &mut ws)?;
         outcome.visits += stats.visits;
-        let v = signed_transpose(xp, xn, &alpha, &beta);
-        let (gain_d, scale) = dual_gain(&alpha, dense_dot(&v, &v) / (mf * reg));
+        // Everything this iteration needs of Xpᵀ and Xnᵀ, each read once.
+        let diagonals = Diagonals::of(&pt);
+        let products = Products::of(xp, xn, &alpha, &beta, &pt, &diagonals);
+        let v = &products.dual;
+        let (gain_d, scale) = dual_gain(&alpha, dense_dot(v, v) / (mf * reg));
         if gain_d < outcome.gain_dual {
             outcome.gain_dual = gain_d;
             outcome.dual.fill(0.0);
@@ -296,8 +298,8 @@ pub(super) fn solve_screened(
             break;
         }
 
-        let r = residuals(&pt, xp, xn, &sp, &sn, reg, kf);
-        let Some(red) = reduce(&pt, xp, xn, reg, kf, &mut block) else {
+        let r = residuals(&pt, &products.multipliers, &sp, &sn, reg, kf);
+        let Some(red) = reduce(&pt, diagonals, &products, xp, xn, reg, kf, &mut block) else {
             // S lost positive definiteness to round-off: the iterate cannot improve further.
             break;
         };
@@ -396,7 +398,7 @@ fn screen<'a>(xn: ArrayView2<'a, f64>, w: &[f64], k: usize, size: usize) -> Nega
     if size as f64 > SCREEN_MAX_SHARE * n as f64 {
         return Negatives::all(xn);
     }
-    let scores = xn.dot(&ArrayView1::from(w));
+    let scores = scores(xn, w);
     let mut order: Vec<usize> = (0..n).collect();
     order.select_nth_unstable_by(size, |a, b| scores[*b].total_cmp(&scores[*a]));
     let mut keep = vec![false; n];
@@ -509,8 +511,8 @@ const WARM_CENTRALITY: f64 = 1e-4;
 fn warm_point(w: &[f64], xp: ArrayView2<'_, f64>, xn: ArrayView2<'_, f64>, k: usize) -> Point {
     let (m, n) = (xp.nrows(), xn.nrows());
     let (mf, kf, c0) = (m as f64, k as f64, WARM_CENTRALITY);
-    let sp = xp.dot(&ArrayView1::from(w)).to_vec();
-    let sn = xn.dot(&ArrayView1::from(w)).to_vec();
+    let sp = scores(xp, w);
+    let sn = scores(xn, w);
     let mut sorted = sn.clone();
     sorted.sort_by(|a, b| b.total_cmp(a));
     let t = sorted[(k - 1).min(n - 1)];
@@ -571,7 +573,7 @@ fn negative_pair(c: f64, kappa: f64, c0: f64) -> (f64, f64, f64, f64) {
     (eta, q, c0 / q, c0 / eta)
 }
 
-/// Xpᵀa − Xnᵀb, row by row (each row is contiguous); zero weights are skipped.
+/// Xpᵀa − Xnᵀb.
 fn signed_transpose(
     xp: ArrayView2<'_, f64>,
     xn: ArrayView2<'_, f64>,
@@ -579,34 +581,56 @@ fn signed_transpose(
     b: &[f64],
 ) -> Vec<f64> {
     let mut out = vec![0.0; xp.ncols()];
-    let weighted = xp
-        .outer_iter()
-        .zip(a.iter().copied())
-        .chain(xn.outer_iter().zip(b.iter().map(|v| -v)));
-    for (row, c) in weighted {
-        if c == 0.0 {
-            continue;
-        }
-        // Over slices the loop vectorises; ndarray's element iterator does not.
-        match row.as_slice() {
-            Some(x) => out.iter_mut().zip(x).for_each(|(o, x)| *o += c * x),
-            None => out.iter_mut().zip(row).for_each(|(o, x)| *o += c * x),
-        }
-    }
+    add_transpose_product(xp, a, 1.0, &mut out);
+    add_transpose_product(xn, b, -1.0, &mut out);
     out
 }
 
-fn residuals(
-    pt: &Point,
-    xp: ArrayView2<'_, f64>,
-    xn: ArrayView2<'_, f64>,
-    sp: &[f64],
-    sn: &[f64],
-    reg: f64,
-    kf: f64,
-) -> Residuals {
+/// `out` += sign · xᵀc. By faer's matrix product, which picks the machine's SIMD width at run
+/// time (the crate's own loops are built for baseline x86-64: two lanes).
+fn add_transpose_product(x: ArrayView2<'_, f64>, c: &[f64], sign: f64, out: &mut [f64]) {
+    let (rows, d) = x.dim();
+    match x.as_slice() {
+        Some(flat) if rows > 0 && d > 0 => faer::linalg::matmul::matmul(
+            faer::MatMut::from_column_major_slice_mut(out, d, 1),
+            faer::Accum::Add,
+            faer::MatRef::from_row_major_slice(flat, rows, d).transpose(),
+            faer::MatRef::from_column_major_slice(c, rows, 1),
+            sign,
+            faer::Par::Seq,
+        ),
+        _ => {
+            for (row, &ci) in x.outer_iter().zip(c) {
+                let ci = sign * ci;
+                out.iter_mut().zip(row).for_each(|(o, x)| *o += ci * x);
+            }
+        }
+    }
+}
+
+/// x·w, one score per row, by faer's matrix product as [`add_transpose_product`].
+fn scores(x: ArrayView2<'_, f64>, w: &[f64]) -> Vec<f64> {
+    let (rows, d) = x.dim();
+    match x.as_slice() {
+        Some(flat) if rows > 0 && d > 0 => {
+            let mut out = vec![0.0; rows];
+            faer::linalg::matmul::matmul(
+                faer::MatMut::from_column_major_slice_mut(&mut out, rows, 1),
+                faer::Accum::Replace,
+                faer::MatRef::from_row_major_slice(flat, rows, d),
+                faer::MatRef::from_column_major_slice(w, d, 1),
+                1.0,
+                faer::Par::Seq,
+            );
+            out
+        }
+        _ => x.dot(&ArrayView1::from(w)).to_vec(),
+    }
+}
+
+/// The residuals at `pt`, with `lam_mu_x` = Xpᵀλ − Xnᵀμ.
+fn residuals(pt: &Point, lam_mu_x: &[f64], sp: &[f64], sn: &[f64], reg: f64, kf: f64) -> Residuals {
     let mf = pt.xi.len() as f64;
-    let lam_mu_x = signed_transpose(xp, xn, &pt.lam, &pt.mu);
     Residuals {
         w: (0..pt.w.len())
             .map(|c| reg * pt.w[c] - lam_mu_x[c])
@@ -635,43 +659,136 @@ fn residuals(
     }
 }
 
-/// The eliminated diagonals and the factorisation of S (None if S is not numerically SPD).
+/// The eliminated diagonals of an iterate.
+struct Diagonals {
+    /// 1/(m/2 + p/λ) per positive.
+    a: Vec<f64>,
+    /// q/μ per negative.
+    v: Vec<f64>,
+    /// 1/(1 + v·ζ/η) per negative.
+    e: Vec<f64>,
+    /// (ζ/η)·e per negative.
+    g: Vec<f64>,
+}
+
+impl Diagonals {
+    fn of(pt: &Point) -> Diagonals {
+        let (m, n) = (pt.xi.len(), pt.eta.len());
+        let half_m = 0.5 * m as f64;
+        let a: Vec<f64> = (0..m)
+            .map(|i| 1.0 / (half_m + pt.p[i] / pt.lam[i]))
+            .collect();
+        let v: Vec<f64> = (0..n).map(|j| pt.q[j] / pt.mu[j]).collect();
+        let u: Vec<f64> = (0..n).map(|j| pt.zeta[j] / pt.eta[j]).collect();
+        let e: Vec<f64> = (0..n).map(|j| 1.0 / (1.0 + v[j] * u[j])).collect();
+        let g: Vec<f64> = (0..n).map(|j| u[j] * e[j]).collect();
+        Diagonals { a, v, e, g }
+    }
+}
+
+/// The products with Xpᵀ and Xnᵀ that an iteration needs before its directions: the
+/// certificate's, the residuals' and S's borders.
+struct Products {
+    /// Xpᵀα − Xnᵀβ at the projected multipliers.
+    dual: Vec<f64>,
+    /// Xpᵀλ − Xnᵀμ at the iterate.
+    multipliers: Vec<f64>,
+    /// Xpᵀa, Xnᵀg and Xnᵀe, S's borders.
+    sax: Vec<f64>,
+    sgx: Vec<f64>,
+    sex: Vec<f64>,
+}
+
+impl Products {
+    /// All of them in one product per matrix (as many columns as vectors): the products are
+    /// bound by reading the rows, so each further column costs little.
+    fn of(
+        xp: ArrayView2<'_, f64>,
+        xn: ArrayView2<'_, f64>,
+        alpha: &[f64],
+        beta: &[f64],
+        pt: &Point,
+        diagonals: &Diagonals,
+    ) -> Products {
+        let d = xp.ncols();
+        let positive = transpose_products(xp, &[alpha, &pt.lam, &diagonals.a]);
+        let negative = transpose_products(xn, &[beta, &pt.mu, &diagonals.g, &diagonals.e]);
+        let column = |products: &[f64], c: usize| products[c * d..(c + 1) * d].to_vec();
+        let difference = |c: usize| -> Vec<f64> {
+            column(&positive, c)
+                .iter()
+                .zip(&negative[c * d..(c + 1) * d])
+                .map(|(p, n)| p - n)
+                .collect()
+        };
+        Products {
+            dual: difference(0),
+            multipliers: difference(1),
+            sax: column(&positive, 2),
+            sgx: column(&negative, 2),
+            sex: column(&negative, 3),
+        }
+    }
+}
+
+/// xᵀ[c₁ … c_k] as d × k, column-major, in one product.
+fn transpose_products(x: ArrayView2<'_, f64>, columns: &[&[f64]]) -> Vec<f64> {
+    let (rows, d) = x.dim();
+    let mut out = vec![0.0; d * columns.len()];
+    match x.as_slice() {
+        Some(flat) if rows > 0 && d > 0 => {
+            let stacked: Vec<f64> = columns.iter().flat_map(|c| c.iter().copied()).collect();
+            faer::linalg::matmul::matmul(
+                faer::MatMut::from_column_major_slice_mut(&mut out, d, columns.len()),
+                faer::Accum::Replace,
+                faer::MatRef::from_row_major_slice(flat, rows, d).transpose(),
+                faer::MatRef::from_column_major_slice(&stacked, rows, columns.len()),
+                1.0,
+                faer::Par::Seq,
+            );
+        }
+        _ => {
+            for (c, column) in columns.iter().enumerate() {
+                add_transpose_product(x, column, 1.0, &mut out[c * d..(c + 1) * d]);
+            }
+        }
+    }
+    out
+}
+
+/// The factorisation of S (None if S is not numerically SPD).
+#[allow(clippy::too_many_arguments)]
 fn reduce(
     pt: &Point,
+    diagonals: Diagonals,
+    products: &Products,
     xp: ArrayView2<'_, f64>,
     xn: ArrayView2<'_, f64>,
     reg: f64,
     kf: f64,
-    block: &mut Array2<f64>,
+    block: &mut [f64],
 ) -> Option<Reduced> {
     let (m, n, d) = (pt.xi.len(), pt.eta.len(), pt.w.len());
-    let half_m = 0.5 * m as f64;
-    let a: Vec<f64> = (0..m)
-        .map(|i| 1.0 / (half_m + pt.p[i] / pt.lam[i]))
-        .collect();
-    let v: Vec<f64> = (0..n).map(|j| pt.q[j] / pt.mu[j]).collect();
-    let u: Vec<f64> = (0..n).map(|j| pt.zeta[j] / pt.eta[j]).collect();
-    let e: Vec<f64> = (0..n).map(|j| 1.0 / (1.0 + v[j] * u[j])).collect();
-    let g: Vec<f64> = (0..n).map(|j| u[j] * e[j]).collect();
+    let Diagonals { a, v, e, g } = diagonals;
+    let Products { sax, sgx, sex, .. } = products;
 
-    // S_ww = R·I + Xpᵀ diag(a) Xp + Xnᵀ diag(g) Xn, with the borders Xpᵀa, Xnᵀg and Xnᵀe:
-    // most of an iteration's work, so large problems split the rows in two halves summed on
-    // two threads (a fixed split, so the result does not depend on the machine).
+    // S_ww = R·I + Xpᵀ diag(a) Xp + Xnᵀ diag(g) Xn, bordered by Xpᵀa, Xnᵀg and Xnᵀe: most of
+    // an iteration's work, so large problems split the rows in two halves summed on two
+    // threads (a fixed split, so the result does not depend on the machine).
     let weights = Weights {
         xp: xp.view(),
         xn: xn.view(),
         a: &a,
         g: &g,
-        e: &e,
     };
-    let Gram { sax, sgx, sex, sww } = if m + n >= PARALLEL_GRAM_ROWS {
+    let sww = if m + n >= PARALLEL_GRAM_ROWS {
         let half = (m + n) / 2;
-        let shape = block.dim();
+        let size = block.len();
         let (mut first, second) = rayon::join(
             || weights.gram(0..half, block),
-            || weights.gram(half..m + n, &mut Array2::zeros(shape)),
+            || weights.gram(half..m + n, &mut vec![0.0; size]),
         );
-        first.add(&second);
+        first.iter_mut().zip(&second).for_each(|(x, y)| *x += y);
         first
     } else {
         weights.gram(0..m + n, block)
@@ -679,10 +796,10 @@ fn reduce(
     let (sum_a, sum_g) = (a.iter().sum::<f64>(), g.iter().sum::<f64>());
     let sum_e = e.iter().sum::<f64>();
     // S = [[S_ww, −Xnᵀg, −Xpᵀa], [·, Σg, 0], [·, 0, Σa]] over (w, t, h).
-    let border_column = |c: usize| if c == d { &sgx } else { &sax };
+    let border_column = |c: usize| if c == d { sgx } else { sax };
     let corner = |c: usize| if c == d { sum_g } else { sum_a };
     let entry = |r: usize, c: usize| match (r < d, c < d) {
-        (true, true) => sww[[r.max(c), r.min(c)]] + if r == c { reg } else { 0.0 },
+        (true, true) => sww[r.max(c) * d + r.min(c)] + if r == c { reg } else { 0.0 },
         (true, false) => -border_column(c)[r],
         (false, true) => -border_column(r)[c],
         (false, false) if r == c => corner(r),
@@ -722,90 +839,62 @@ fn reduce(
 /// Rows from which [`reduce`] forms S_ww on two threads.
 const PARALLEL_GRAM_ROWS: usize = 2048;
 
-/// The rows and their weights in S_ww: positives (rows of `xp`) by `a`; negatives (rows of
-/// `xn`, numbered after the positives) by `g` in S_ww and `e` in the border Xnᵀe.
+/// The rows and their weights in S_ww: positives (rows of `xp`) by `a`, negatives (rows of
+/// `xn`, numbered after the positives) by `g`.
 struct Weights<'a> {
     xp: ArrayView2<'a, f64>,
     xn: ArrayView2<'a, f64>,
     a: &'a [f64],
     g: &'a [f64],
-    e: &'a [f64],
-}
-
-/// A share of S_ww (lower triangle) and of the borders Xpᵀa, Xnᵀg, Xnᵀe.
-struct Gram {
-    sax: Vec<f64>,
-    sgx: Vec<f64>,
-    sex: Vec<f64>,
-    sww: Array2<f64>,
-}
-
-impl Gram {
-    fn add(&mut self, other: &Gram) {
-        for (mine, theirs) in [
-            (&mut self.sax, &other.sax),
-            (&mut self.sgx, &other.sgx),
-            (&mut self.sex, &other.sex),
-        ] {
-            mine.iter_mut().zip(theirs).for_each(|(x, y)| *x += y);
-        }
-        self.sww += &other.sww;
-    }
 }
 
 impl Weights<'_> {
-    /// The share of `rows`, as Σ YᵀY over blocks of rows scaled by √weight (a block stays in
-    /// cache between its scaling and its product); the same pass sums the borders.
-    fn gram(&self, rows: std::ops::Range<usize>, block: &mut Array2<f64>) -> Gram {
+    /// The share of `rows` in S_ww (row-major d × d, lower triangle only), as Σ YᵀY over
+    /// blocks of rows scaled by √weight (a block stays in cache between its scaling and its
+    /// product).
+    fn gram(&self, rows: std::ops::Range<usize>, block: &mut [f64]) -> Vec<f64> {
         let (m, d) = (self.xp.nrows(), self.xp.ncols());
-        let (mut sax, mut sgx, mut sex) = (vec![0.0; d], vec![0.0; d], vec![0.0; d]);
-        let mut sww = Array2::<f64>::zeros((d, d));
+        let mut sww = vec![0.0; d * d];
+        let capacity = block.len().checked_div(d).unwrap_or(0);
         let mut filled = 0;
         let last = rows.end;
         for i in rows {
-            let mut target = block.row_mut(filled);
-            if i < m {
-                let (source, weight) = (self.xp.row(i), self.a[i]);
-                let root = weight.sqrt();
-                for ((y, s), &x) in target.iter_mut().zip(sax.iter_mut()).zip(source) {
-                    *y = root * x;
-                    *s += weight * x;
-                }
+            let (source, weight) = if i < m {
+                (self.xp.row(i), self.a[i])
             } else {
-                let (source, weight, ej) = (self.xn.row(i - m), self.g[i - m], self.e[i - m]);
-                let root = weight.sqrt();
-                for (((y, s), t), &x) in target
-                    .iter_mut()
-                    .zip(sgx.iter_mut())
-                    .zip(sex.iter_mut())
-                    .zip(source)
-                {
-                    *y = root * x;
-                    *s += weight * x;
-                    *t += ej * x;
-                }
+                (self.xn.row(i - m), self.g[i - m])
+            };
+            let root = weight.sqrt();
+            let target = &mut block[filled * d..(filled + 1) * d];
+            // Over slices the loop vectorises; ndarray's element iterator does not.
+            for (y, &x) in target.iter_mut().zip(contiguous(&source).iter()) {
+                *y = root * x;
             }
             filled += 1;
-            if filled == block.nrows() || i + 1 == last {
-                let part = block.slice(s![..filled, ..]);
-                lower_gram_add(part, &mut sww);
+            if filled == capacity || i + 1 == last {
+                lower_gram_add(&block[..filled * d], filled, d, &mut sww);
                 filled = 0;
             }
         }
-        Gram { sax, sgx, sex, sww }
+        sww
     }
 }
 
-/// The lower triangle of `sww` += YᵀY (the upper one is left as it is): half of the general
-/// product's work, and S_ww is most of an iteration's.
-fn lower_gram_add(y: ArrayView2<'_, f64>, sww: &mut Array2<f64>) {
-    let (rows, d) = y.dim();
-    let (Some(y), Some(out)) = (y.as_slice(), sww.as_slice_mut()) else {
-        general_mat_mul(1.0, &y.t(), &y, 1.0, sww);
-        return;
-    };
+/// A row as a slice: borrowed when it is contiguous (always, for the solver's own copies),
+/// else copied.
+fn contiguous<'a>(row: &'a ArrayView1<'_, f64>) -> std::borrow::Cow<'a, [f64]> {
+    match row.as_slice() {
+        Some(slice) => std::borrow::Cow::Borrowed(slice),
+        None => std::borrow::Cow::Owned(row.to_vec()),
+    }
+}
+
+/// The lower triangle of the row-major d × d `sww` += YᵀY for the `rows` × d row-major `y`
+/// (the upper one is left as it is): half of the general product's work, and S_ww is most of
+/// an iteration's.
+fn lower_gram_add(y: &[f64], rows: usize, d: usize, sww: &mut [f64]) {
     let y = faer::MatRef::from_row_major_slice(y, rows, d);
-    let out = faer::MatMut::from_row_major_slice_mut(out, d, d);
+    let out = faer::MatMut::from_row_major_slice_mut(sww, d, d);
     faer::linalg::matmul::triangular::matmul(
         out,
         faer::linalg::matmul::triangular::BlockStructure::TriangularLower,
@@ -863,8 +952,8 @@ fn direction(
         .map(|(y, b)| y - b * d_nu)
         .collect();
     let (dw, dt, dh) = (z[..d].to_vec(), z[d], z[d + 1]);
-    let xp_dw = xp.dot(&ArrayView1::from(&dw[..]));
-    let xn_dw = xn.dot(&ArrayView1::from(&dw[..]));
+    let xp_dw = scores(xp, &dw);
+    let xn_dw = scores(xn, &dw);
     let d_lam: Vec<f64> = (0..m)
         .map(|i| red.a[i] * (rho[i] - xp_dw[i] + dh))
         .collect();
