@@ -195,6 +195,17 @@ fn status_names_are_the_report_names() {
     }
 }
 
+/// The search ended optimal at the brute-force optimum `best`, its bound below its objective.
+fn assert_closed_at(cert: &Certificate, best: f64, what: &str) {
+    assert_eq!(cert.status, CertifyStatus::Optimal, "{what}");
+    assert!(
+        (cert.incumbent.objective - best).abs() <= 1e-6 * best,
+        "{what}: search {} vs brute force {best}",
+        cert.incumbent.objective
+    );
+    assert!(cert.lower_bound <= cert.incumbent.objective, "{what}");
+}
+
 #[test]
 fn the_search_with_gap_zero_finds_the_brute_force_optimum() {
     for case in small_cases() {
@@ -202,13 +213,7 @@ fn the_search_with_gap_zero_finds_the_brute_force_optimum() {
         let (root, labels, best, start) = small_case(case);
         let cert = search(&root, start, 0.0);
         let what = format!("{file} {kernel:?} C_l {cl} seed {seed} balance {balance}");
-        assert_eq!(cert.status, CertifyStatus::Optimal, "{what}");
-        assert!(
-            (cert.incumbent.objective - best).abs() <= 1e-6 * best,
-            "{what}: search {} vs brute force {best}",
-            cert.incumbent.objective
-        );
-        assert!(cert.lower_bound <= cert.incumbent.objective, "{what}");
+        assert_closed_at(&cert, best, &what);
         assert!(cert.root_lower_bound <= best * (1.0 + 1e-9), "{what}");
         assert!(cert.nodes >= 1 && cert.sdp_solves >= 1, "{what}");
         // The incumbent's labelling keeps the labelled points' signs and is valued by QP (24).
@@ -259,13 +264,7 @@ fn two_node_threads_close_the_same_tree() {
                 },
             )
             .expect("search");
-        assert_eq!(cert.status, CertifyStatus::Optimal, "{what}");
-        assert!(
-            (cert.incumbent.objective - best).abs() <= 1e-6 * best,
-            "{what}: two threads {} vs brute force {best}",
-            cert.incumbent.objective
-        );
-        assert!(cert.lower_bound <= cert.incumbent.objective, "{what}");
+        assert_closed_at(&cert, best, &format!("{what}, two threads"));
         assert_eq!(progress.len(), cert.nodes, "{what}");
         let last = progress.last().expect("a progress event");
         assert_eq!((last.nodes, last.open), (cert.nodes, 0), "{what}");
