@@ -230,10 +230,8 @@ pub(super) fn solve_screened(
                 .collect();
             let bar = kth_largest(&sn, negs.size);
             if sd.iter().any(|s| *s >= bar) {
-                // After a few such iterations all of them join: the full problem.
-                let everything = outcome.screening.readded + 1 >= SCREEN_EVENTS;
                 let (joining, staying): (Vec<usize>, Vec<usize>) =
-                    (0..sd.len()).partition(|&i| everything || sd[i] >= bar);
+                    (0..sd.len()).partition(|&i| sd[i] >= bar);
                 let scores: Vec<f64> = joining.iter().map(|&i| sd[i]).collect();
                 sd = staying.iter().map(|&i| sd[i]).collect();
                 pt.add_negatives(&scores, kf);
@@ -372,10 +370,6 @@ const SCREEN_SLACK: usize = 32;
 /// Screening is not tried when it would keep more than this share of the negatives: the
 /// restricted problem would cost nearly as much as the full one.
 pub(super) const SCREEN_MAX_SHARE: f64 = 0.9;
-
-/// Iterations that add screened-out negatives back before the next one adds all of them (a
-/// warm start far from the new optimum).
-const SCREEN_EVENTS: u32 = 8;
 
 /// Negatives a warm solve keeps at depth k (of n negatives).
 pub(super) fn screen_size(k: usize, _n: usize) -> usize {
