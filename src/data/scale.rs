@@ -224,13 +224,6 @@ impl Scaler {
         assert_eq!(out.len(), self.n_features(), "output buffer length");
         let params = self.shift.iter().zip(&self.factor);
         match row {
-            // A row of the fitted width (the usual case) without the padding iterator, so the
-            // loop vectorises; a shorter one reads as padded with zeros.
-            RowRef::Dense(x) if x.len() >= out.len() => {
-                for ((o, (&s, &f)), &x) in out.iter_mut().zip(params).zip(x) {
-                    *o = scale_value(x, s, f);
-                }
-            }
             RowRef::Dense(x) => {
                 let x = x.iter().copied().chain(std::iter::repeat(0.0));
                 for ((o, (&s, &f)), x) in out.iter_mut().zip(params).zip(x) {
