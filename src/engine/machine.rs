@@ -1313,57 +1313,53 @@ impl Engine {
         cache.belong_to((model.meta.version, trained_at));
         let c = channel_index(channel);
         let window = &self.windows[c];
-        let mut picked: Vec<(u64, &Entry)> = Vec::new();
-        for (seq, entry) in window.newest_first_with_seq() {
-            if picked.len() == limit {
-                break;
-            }
-            if fresh && entry.ts < since {
-                continue;
-            }
-            let unseen = match cache.get(c, seq) {
-                Some(remembered) => remembered.unseen,
-                None => {
-                    let unseen = self.unseen(channel, (&entry.id, entry.ts), model);
-                    cache.set(
-                        c,
-                        seq,
-                        Remembered {
+        let picked: Vec<(u64, i64)> = if fresh {
+            let unseen = |e: &Entry| self.unseen(channel, (&e.id, e.ts), model);
+            cache.newest_unseen(c, window, (since, limit), unseen)
+        } else {
+            let mut picked = Vec::new();
+            for (seq, entry) in window.newest_first_with_seq() {
+                if picked.len() == limit {
+                    break;
+                }
+                let unseen = match cache.get(c, seq) {
+                    Some(remembered) => remembered.unseen,
+                    None => {
+                        let unseen = self.unseen(channel, (&entry.id, entry.ts), model);
+                        let decided = Remembered {
                             unseen,
                             score: None,
-                        },
-                    );
-                    unseen
+                        };
+                        cache.set(c, seq, decided);
+                        unseen
+                    }
+                };
+                if !unseen {
+                    picked.push((seq, entry.ts));
                 }
-            };
-            if unseen == fresh {
-                picked.push((seq, entry));
             }
-        }
+            picked
+        };
         let unscored: Vec<(u64, &Entry)> = picked
             .iter()
-            .copied()
-            .filter(|&(seq, _)| cache.get(c, seq).and_then(|r| r.score).is_none())
+            .filter(|&&(seq, _)| cache.get(c, seq).and_then(|r| r.score).is_none())
+            .filter_map(|&(seq, _)| Some((seq, window.entry_at(seq)?)))
             .collect();
         if !unscored.is_empty() {
             let entries: Vec<&Entry> = unscored.iter().map(|&(_, e)| e).collect();
             let scores = score_entries(&model.model, &entries)?;
             for (&(seq, _), score) in unscored.iter().zip(scores) {
-                let unseen = fresh;
-                cache.set(
-                    c,
-                    seq,
-                    Remembered {
-                        unseen,
-                        score: Some(score),
-                    },
-                );
+                let remembered = Remembered {
+                    unseen: fresh,
+                    score: Some(score),
+                };
+                cache.set(c, seq, remembered);
             }
         }
         cache.prune(c, window.oldest_seq());
         picked
             .iter()
-            .map(|&(seq, e)| Some((e.ts, cache.get(c, seq)?.score?)))
+            .map(|&(seq, ts)| Some((ts, cache.get(c, seq)?.score?)))
             .collect()
     }
 

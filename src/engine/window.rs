@@ -224,7 +224,9 @@ impl<S: BuildHasher> Window<S> {
     /// `entries` is in sequence order, so everything before its front has left, and what left
     /// from behind the front is in `removed_inside`.
     fn stored_seq(&self, seq: u64) -> bool {
-        self.entries.front().is_some_and(|f| f.seq <= seq) && !self.removed_inside.contains(&seq)
+        self.entries.front().is_some_and(|f| f.seq <= seq)
+            && seq < self.next_seq
+            && (self.removed_inside.is_empty() || !self.removed_inside.contains(&seq))
     }
 
     /// Drops the index rows of evicted events once they are as many as the stored ones (plus
@@ -264,6 +266,22 @@ impl<S: BuildHasher> Window<S> {
     /// window), newest insertion first.
     pub fn newest_first_with_seq(&self) -> impl Iterator<Item = (u64, &Entry)> {
         self.entries.iter().rev().map(|s| (s.seq, &s.entry))
+    }
+
+    /// Whether the event inserted as `seq` is still stored.
+    pub fn stores_seq(&self, seq: u64) -> bool {
+        self.stored_seq(seq)
+    }
+
+    /// The stored event inserted as `seq`, if it is still stored: where no event left from
+    /// behind the front, at `seq` minus the front's, else found by a binary search.
+    pub fn entry_at(&self, seq: u64) -> Option<&Entry> {
+        let front = self.entries.front()?.seq;
+        let guess = usize::try_from(seq.checked_sub(front)?).ok()?;
+        match self.entries.get(guess) {
+            Some(slot) if slot.seq == seq => Some(&slot.entry),
+            _ => self.slot(seq).map(|s| &s.entry),
+        }
     }
 
     /// The insertion sequence number of the oldest stored event (the next one's when empty).

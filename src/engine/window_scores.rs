@@ -10,8 +10,18 @@
 //! the whole cache belongs to one model (its version and training time): another model
 //! empties it. Entries of events that left their window are dropped at each read, so it
 //! spans at most the window's range of sequence numbers, 24 bytes each.
+//!
+//! A read of unseen events ([`WindowScores::newest_unseen`]) walks only the events not known
+//! to be seen, merging those not decided yet with a list of those known unseen (sequence
+//! number and event time, read without touching the window). It decides, picks and stops
+//! exactly where a walk over the whole window would (a seen event is never picked nor decided
+//! again), so thresholds do not change; looking each event up in the window and the
+//! remembered entries at every fresh threshold was most of its cost.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
+use std::hash::BuildHasher;
+
+use crate::engine::window::{Entry, Window};
 
 /// What is remembered of one window event for the cache's model.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -66,11 +76,40 @@ impl BySeq {
     }
 }
 
+/// One channel's remembered entries, and the events that a read of unseen events may still
+/// pick, in two parts: those not decided yet, and those known unseen (with their event
+/// time, so that reading them touches neither the window nor the remembered entries).
+#[derive(Debug, Default)]
+struct ChannelScores {
+    remembered: BySeq,
+    undecided: BTreeSet<u64>,
+    /// (sequence number, event time), in sequence order.
+    unseen: VecDeque<(u64, i64)>,
+    /// The newest sequence number registered as a candidate.
+    registered_to: Option<u64>,
+}
+
+impl ChannelScores {
+    fn clear(&mut self) {
+        self.remembered.clear();
+        self.undecided.clear();
+        self.unseen.clear();
+        self.registered_to = None;
+    }
+
+    /// Adds `(seq, ts)` to the known-unseen events, keeping sequence order (a decided
+    /// event is usually newer than all the others).
+    fn add_unseen(&mut self, (seq, ts): (u64, i64)) {
+        let at = self.unseen.partition_point(|&(other, _)| other < seq);
+        self.unseen.insert(at, (seq, ts));
+    }
+}
+
 /// Per channel (indexed like the engine's windows), what one model's cache holds.
 #[derive(Debug, Default)]
 pub struct WindowScores {
     model: Option<(u64, i64)>,
-    channels: [BySeq; 3],
+    channels: [ChannelScores; 3],
 }
 
 impl WindowScores {
@@ -79,29 +118,179 @@ impl WindowScores {
     pub fn belong_to(&mut self, model: (u64, i64)) {
         if self.model != Some(model) {
             self.model = Some(model);
-            self.channels.iter_mut().for_each(BySeq::clear);
+            self.channels.iter_mut().for_each(ChannelScores::clear);
         }
     }
 
     pub fn get(&self, channel: usize, seq: u64) -> Option<Remembered> {
-        self.channels[channel].get(seq)
+        self.channels[channel].remembered.get(seq)
     }
 
     /// Remembers `remembered` for the event inserted as `seq`; the caller passes sequence
     /// numbers of stored window events only, so the cache spans at most the window's range.
     pub fn set(&mut self, channel: usize, seq: u64, remembered: Remembered) {
-        self.channels[channel].set(seq, remembered);
+        self.channels[channel].remembered.set(seq, remembered);
     }
 
     /// Drops the entries of events inserted before `oldest_stored` (they left the window).
     pub fn prune(&mut self, channel: usize, oldest_stored: u64) {
-        self.channels[channel].prune(oldest_stored);
+        let scores = &mut self.channels[channel];
+        scores.remembered.prune(oldest_stored);
+        scores.undecided = scores.undecided.split_off(&oldest_stored);
+        while scores
+            .unseen
+            .front()
+            .is_some_and(|&(seq, _)| seq < oldest_stored)
+        {
+            scores.unseen.pop_front();
+        }
+    }
+
+    /// The newest `limit` events of `window` (the cache's `channel`) from event time `since`
+    /// on that the model never trained on, newest first, as (sequence number, event time).
+    /// `unseen` decides an event not decided yet, and the answer is remembered. First makes
+    /// candidates of the events inserted since the last read (all of them after another
+    /// model).
+    pub fn newest_unseen<S: BuildHasher>(
+        &mut self,
+        channel: usize,
+        window: &Window<S>,
+        (since, limit): (i64, usize),
+        mut unseen: impl FnMut(&Entry) -> bool,
+    ) -> Vec<(u64, i64)> {
+        let scores = &mut self.channels[channel];
+        let registered_to = scores.registered_to;
+        let newest = window.newest_first_with_seq().map(|(seq, _)| seq);
+        for seq in newest.take_while(|&seq| registered_to.is_none_or(|to| seq > to)) {
+            scores.registered_to = scores.registered_to.max(Some(seq));
+            scores.undecided.insert(seq);
+        }
+        let mut picked = Vec::new();
+        let mut decided = Vec::new();
+        let mut newly_unseen = Vec::new();
+        let mut gone_unseen = Vec::new();
+        let mut undecided = scores.undecided.iter().rev().copied().peekable();
+        let mut known = scores.unseen.iter().rev().copied().peekable();
+        while picked.len() < limit {
+            let from_undecided = match (undecided.peek(), known.peek()) {
+                (None, None) => break,
+                (Some(&u), Some(&(k, _))) => u > k,
+                (u, _) => u.is_some(),
+            };
+            if !from_undecided {
+                let Some((seq, ts)) = known.next() else { break };
+                if !window.stores_seq(seq) {
+                    gone_unseen.push(seq);
+                } else if ts >= since {
+                    picked.push((seq, ts));
+                }
+                continue;
+            }
+            let Some(seq) = undecided.next() else { break };
+            let Some(entry) = window.entry_at(seq) else {
+                decided.push(seq);
+                continue;
+            };
+            if entry.ts < since {
+                continue;
+            }
+            let is_unseen = match scores.remembered.get(seq) {
+                Some(r) => r.unseen,
+                None => {
+                    let is_unseen = unseen(entry);
+                    let remembered = Remembered {
+                        unseen: is_unseen,
+                        score: None,
+                    };
+                    scores.remembered.set(seq, remembered);
+                    is_unseen
+                }
+            };
+            decided.push(seq);
+            if is_unseen {
+                newly_unseen.push((seq, entry.ts));
+                picked.push((seq, entry.ts));
+            }
+        }
+        for seq in decided {
+            scores.undecided.remove(&seq);
+        }
+        for event in newly_unseen.into_iter().rev() {
+            scores.add_unseen(event);
+        }
+        if !gone_unseen.is_empty() {
+            scores.unseen.retain(|(seq, _)| !gone_unseen.contains(seq));
+        }
+        picked
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::window::WindowConfig;
+    use crate::stream::Features;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    /// The read as a walk over the whole window, newest first, deciding what it reaches.
+    fn walk_whole_window(
+        window: &Window<std::hash::RandomState>,
+        decided: &mut HashMap<u64, bool>,
+        (since, limit): (i64, usize),
+        unseen: impl Fn(&Entry) -> bool,
+    ) -> Vec<(u64, i64)> {
+        let mut picked = Vec::new();
+        for (seq, entry) in window.newest_first_with_seq() {
+            if picked.len() == limit {
+                break;
+            }
+            if entry.ts < since {
+                continue;
+            }
+            if *decided.entry(seq).or_insert_with(|| unseen(entry)) {
+                picked.push((seq, entry.ts));
+            }
+        }
+        picked
+    }
+
+    proptest! {
+        /// Reads between insertions (out of time order, with age and count evictions), with
+        /// a decision that depends on when it is made: the same picks as the whole walk.
+        #[test]
+        fn reads_pick_what_a_walk_over_the_whole_window_picks(
+            steps in proptest::collection::vec((0i64..40, 0u8..4, 0i64..30, 1usize..12), 1..120),
+            max_events in 3usize..25,
+        ) {
+            let config = WindowConfig { max_events, max_age_ms: Some(25), max_bytes: None };
+            let mut window = Window::with_hasher(config, std::hash::RandomState::new()).unwrap();
+            let mut cache = WindowScores::default();
+            cache.belong_to((1, 0));
+            let mut decided = HashMap::new();
+            let mut clock = 0i64;
+            for (i, &(ts, kind, since, limit)) in steps.iter().enumerate() {
+                clock += 1;
+                let entry = Entry {
+                    id: format!("e{i}"),
+                    ts: ts + i as i64 / 3,
+                    x: Features::Dense(vec![0.0]),
+                    source: None,
+                };
+                window.insert(entry);
+                if kind == 0 {
+                    continue;
+                }
+                let unseen = |e: &Entry| (e.ts + e.id.len() as i64 + clock / 5) % 3 != 0;
+                let since = if kind == 1 { i64::MIN } else { since + i as i64 / 3 };
+                let fast = cache.newest_unseen(0, &window, (since, limit), unseen);
+                let slow = walk_whole_window(&window, &mut decided, (since, limit), unseen);
+                prop_assert_eq!(&fast, &slow);
+                cache.prune(0, window.oldest_seq());
+                decided.retain(|&seq, _| window.stores_seq(seq));
+            }
+        }
+    }
 
     #[test]
     fn another_model_empties_the_cache_and_pruning_drops_what_left_the_window() {
