@@ -324,6 +324,21 @@ fn the_projection_fixes_signs_and_finds_empty_nodes() {
     let mut r = Relaxation::new(c.clone(), vec![1.5, -2.0, -2.0, -2.0], vec![3.0; 4]);
     r.diag_upper[0] = 2.0;
     assert_eq!(project_boxes(&mut r), Err(Infeasibility::Diagonal(0)));
+    // Lemma 2's x_k² ≥ t_k: a fixed sign moves the box to |x_k| ≥ √t_k; with both signs
+    // open, ū_k < t_k empties the node.
+    let mut r = Relaxation::new(
+        c.clone(),
+        vec![1.0, -3.0, -3.0, -3.0],
+        vec![3.0, -1.0, 3.0, 3.0],
+    );
+    r.diag_lower = vec![4.0, 2.25, 1.0, 1.0];
+    project_boxes(&mut r).expect("feasible");
+    assert_eq!(r.lower[..2], [2.0, -3.0]);
+    assert_eq!(r.upper[..2], [3.0, -1.5]);
+    let mut r = Relaxation::new(c.clone(), vec![-2.0; 4], vec![2.0; 4]);
+    r.diag_lower[3] = 3.0;
+    r.diag_upper[3] = 2.5;
+    assert_eq!(project_boxes(&mut r), Err(Infeasibility::Diagonal(3)));
     // Balance over x_2, x_3 ∈ [−2, −1] ∪ [1, 2]: sums [−4, −2] ∪ [−1, 1] ∪ [2, 4].
     for (rho, ok) in [
         (0.0, true),
@@ -520,6 +535,12 @@ fn assert_kept(relaxation: &Relaxation, all: &[(Vec<f64>, f64)], upper: f64, wha
                 "{what}: x_{k}² = {} above ū = {}",
                 xk * xk,
                 relaxation.diag_upper[k]
+            );
+            assert!(
+                xk * xk >= relaxation.diag_lower[k] - 1e-7,
+                "{what}: x_{k}² = {} below Lemma 2's t = {}",
+                xk * xk,
+                relaxation.diag_lower[k]
             );
         }
     }

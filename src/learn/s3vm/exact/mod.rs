@@ -272,12 +272,13 @@ pub enum SearchEvent {
     Obbt(ObbtReport),
 }
 
-/// The boxes of working form (17): L, U and ū.
+/// The boxes of working form (17): L, U, ū and Lemma 2's t.
 #[derive(Debug, Clone)]
 struct Boxes {
     lower: Vec<f64>,
     upper: Vec<f64>,
     diag_upper: Vec<f64>,
+    diag_lower: Vec<f64>,
 }
 
 /// One open node of the tree.
@@ -522,6 +523,7 @@ impl CertifyValidParams {
                 lower: root.lower.clone(),
                 upper: root.upper.clone(),
                 diag_upper: root.diag_upper.clone(),
+                diag_lower: root.diag_lower.clone(),
             },
             cuts: root.cuts.clone(),
             bound: f64::NEG_INFINITY,
@@ -676,6 +678,7 @@ impl CertifyValidParams {
             relaxation.lower = global.lower;
             relaxation.upper = global.upper;
             relaxation.diag_upper = global.diag_upper;
+            relaxation.diag_lower = global.diag_lower;
         }
         let round = self.tighten.obbt(&mut relaxation, upper);
         let took = started.elapsed().as_secs_f64();
@@ -691,6 +694,7 @@ impl CertifyValidParams {
                     lower: relaxation.lower,
                     upper: relaxation.upper,
                     diag_upper: relaxation.diag_upper,
+                    diag_lower: relaxation.diag_lower,
                 });
             }
             round.changed
@@ -730,6 +734,7 @@ impl CertifyValidParams {
             lower: node.boxes.lower.clone(),
             upper: node.boxes.upper.clone(),
             diag_upper: node.boxes.diag_upper.clone(),
+            diag_lower: node.boxes.diag_lower.clone(),
             balance: root.balance.clone(),
             rows: root.rows,
             cuts: node.cuts.clone(),
@@ -881,6 +886,7 @@ impl CertifyValidParams {
                     lower: relaxation.lower,
                     upper: relaxation.upper,
                     diag_upper: relaxation.diag_upper,
+                    diag_lower: relaxation.diag_lower,
                 },
                 cuts: relaxation.cuts,
             });
@@ -900,6 +906,9 @@ fn intersect_global(relaxation: &mut Relaxation, search: &Search<'_>) -> bool {
         }
         for (i, d) in relaxation.diag_upper.iter_mut().enumerate() {
             *d = d.min(global.diag_upper[i]);
+        }
+        for (i, t) in relaxation.diag_lower.iter_mut().enumerate() {
+            *t = t.max(global.diag_lower[i]);
         }
     }
     project_boxes(relaxation).is_ok()

@@ -115,7 +115,7 @@ pub enum RowKind {
     Lower(usize),
     /// x_i ≤ U_i.
     Upper(usize),
-    /// X_ii ≥ 1.
+    /// X_ii ≥ t_i ([`Relaxation::diag_lower`], 1 unless Lemma 2 raised it).
     DiagLower(usize),
     /// X_ii ≤ ū_i.
     DiagUpper(usize),
@@ -134,6 +134,10 @@ pub struct Relaxation {
     pub upper: Vec<f64>,
     /// ū_i of X_ii ≤ ū_i (+∞: no row); [`Relaxation::new`] sets max(L_i², U_i²) (note B.4.2).
     pub diag_upper: Vec<f64>,
+    /// t_i of X_ii ≥ t_i (at least 1, the row of (20)); [`Relaxation::new`] sets 1, and
+    /// marginals tightening raises it where Lemma 2 finds x_i² ≥ t_i > 1 for a point whose
+    /// sign stays open (docs/exact-s3vm.md §9).
+    pub diag_lower: Vec<f64>,
     pub balance: Option<Balance>,
     pub rows: RowRule,
     pub cuts: Vec<RltCut>,
@@ -148,11 +152,13 @@ impl Relaxation {
             .zip(&upper)
             .map(|(l, u)| (l * l).max(u * u))
             .collect();
+        let diag_lower = vec![1.0; lower.len()];
         Relaxation {
             c,
             lower,
             upper,
             diag_upper,
+            diag_lower,
             balance: None,
             rows: RowRule::Small,
             cuts: Vec::new(),
@@ -245,24 +251,31 @@ impl Relaxation {
                 self.c.ncols()
             )));
         }
-        if self.lower.len() != n || self.upper.len() != n || self.diag_upper.len() != n {
+        if self.lower.len() != n
+            || self.upper.len() != n
+            || self.diag_upper.len() != n
+            || self.diag_lower.len() != n
+        {
             return Err(SdpError::Problem(format!(
-                "{} lower, {} upper and {} diagonal bounds for n = {n}",
+                "{} lower, {} upper, {} diagonal upper and {} diagonal lower bounds for n = {n}",
                 self.lower.len(),
                 self.upper.len(),
-                self.diag_upper.len()
+                self.diag_upper.len(),
+                self.diag_lower.len()
             )));
         }
         for i in 0..n {
             let (l, u, d) = (self.lower[i], self.upper[i], self.diag_upper[i]);
+            let t = self.diag_lower[i];
             if l.is_nan()
                 || u.is_nan()
                 || d.is_nan()
+                || !(t >= 1.0 && t < f64::INFINITY)
                 || l == f64::INFINITY
                 || u == f64::NEG_INFINITY
             {
                 return Err(SdpError::Problem(format!(
-                    "point {i}: bounds L = {l}, U = {u}, ū = {d}"
+                    "point {i}: bounds L = {l}, U = {u}, ū = {d}, t = {t}"
                 )));
             }
         }
@@ -313,7 +326,11 @@ impl Relaxation {
                 kinds.push(RowKind::Upper(i));
             }
             if full || (l < 1.0 && u > -1.0) {
-                rows.push(Constraint::new(vec![(i, i, 1.0)], Sense::Ge, 1.0));
+                rows.push(Constraint::new(
+                    vec![(i, i, 1.0)],
+                    Sense::Ge,
+                    self.diag_lower[i],
+                ));
                 kinds.push(RowKind::DiagLower(i));
             }
             if self.diag_upper[i].is_finite() {

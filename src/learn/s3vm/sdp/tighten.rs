@@ -307,6 +307,16 @@ pub fn project_boxes(relaxation: &mut Relaxation) -> Result<(), Infeasibility> {
         if u < 1.0 {
             relaxation.upper[k] = u.min(-1.0);
         }
+        // x_k² ≥ t_k (Lemma 2) on a side that is fixed: |x_k| ≥ √t_k.
+        let t = relaxation.diag_lower.get(k).copied().unwrap_or(1.0);
+        if t > 1.0 {
+            if relaxation.lower[k] >= 1.0 {
+                relaxation.lower[k] = relaxation.lower[k].max(t.sqrt());
+            }
+            if relaxation.upper[k] <= -1.0 {
+                relaxation.upper[k] = relaxation.upper[k].min(-t.sqrt());
+            }
+        }
         let (l, u) = (relaxation.lower[k], relaxation.upper[k]);
         if l > u {
             return Err(Infeasibility::EmptyBox(k));
@@ -317,13 +327,13 @@ pub fn project_boxes(relaxation: &mut Relaxation) -> Result<(), Infeasibility> {
         if l.is_finite() && u.is_finite() {
             *d = d.min((l * l).max(u * u));
         }
-        // The smallest x_k² in the box: 1 when both signs remain, else the nearer bound².
+        // The smallest x_k² in the box: t_k when both signs remain, else the nearer bound².
         let least = if l >= 1.0 {
             l * l
         } else if u <= -1.0 {
             u * u
         } else {
-            1.0
+            t.max(1.0)
         };
         if *d < least {
             return Err(Infeasibility::Diagonal(k));
@@ -384,9 +394,6 @@ pub struct Marginals {
     pub lower_bound: f64,
     /// How many entries of L, U and ū moved.
     pub changed: usize,
-    /// Lemma 2's bounds t > 1 on X_ii for points whose sign they did not fix, (i, t):
-    /// relaxation (20) has no row for them, so they are only reported.
-    pub diag_lower: Vec<(usize, f64)>,
     /// `Some` when the node holds no point at or below the incumbent.
     pub infeasible: Option<Infeasibility>,
 }
@@ -433,11 +440,15 @@ impl TightenValidParams {
                 primal.ncols()
             )));
         }
-        if relaxation.upper.len() != n || relaxation.diag_upper.len() != n {
+        if relaxation.upper.len() != n
+            || relaxation.diag_upper.len() != n
+            || relaxation.diag_lower.len() != n
+        {
             return Err(TightenError::Input(format!(
-                "{n} lower, {} upper and {} diagonal bounds",
+                "{n} lower, {} upper, {} diagonal upper and {} diagonal lower bounds",
                 relaxation.upper.len(),
-                relaxation.diag_upper.len()
+                relaxation.diag_upper.len(),
+                relaxation.diag_lower.len()
             )));
         }
         if !upper.is_finite() {
@@ -449,7 +460,6 @@ impl TightenValidParams {
         let mut outcome = Marginals {
             lower_bound,
             changed: 0,
-            diag_lower: Vec::new(),
             infeasible: None,
         };
         let delta = upper - lower_bound;
@@ -464,6 +474,7 @@ impl TightenValidParams {
             relaxation.lower.clone(),
             relaxation.upper.clone(),
             relaxation.diag_upper.clone(),
+            relaxation.diag_lower.clone(),
         );
         let p = &self.params;
         let w = p.widen;
@@ -505,7 +516,7 @@ impl TightenValidParams {
                             tighten_upper(relaxation, i, -s);
                         }
                         if l <= -s && u >= s {
-                            outcome.diag_lower.push((i, t));
+                            relaxation.diag_lower[i] = relaxation.diag_lower[i].max(t);
                         }
                     }
                 }
@@ -515,7 +526,8 @@ impl TightenValidParams {
         outcome.infeasible = project_boxes(relaxation).err();
         outcome.changed = count_changes(&before.0, &relaxation.lower)
             + count_changes(&before.1, &relaxation.upper)
-            + count_changes(&before.2, &relaxation.diag_upper);
+            + count_changes(&before.2, &relaxation.diag_upper)
+            + count_changes(&before.3, &relaxation.diag_lower);
         Ok(outcome)
     }
 }
