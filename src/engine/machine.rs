@@ -1303,63 +1303,107 @@ impl Engine {
         model: &StoredModel,
         query: Newest,
     ) -> Option<Vec<(i64, f64)>> {
+        cache.belong_to((model.meta.version, model.meta.trained_at_ms));
+        let c = channel_index(query.channel);
+        let scored = if query.fresh {
+            self.newest_unseen_scored(cache, model, query)
+        } else {
+            self.newest_seen_scored(cache, model, query)
+        };
+        cache.prune(c, self.windows[c].oldest_seq());
+        scored
+    }
+
+    /// [`Engine::newest_scored_with`] for events `model` never trained on: the cache's list
+    /// of them ([`WindowScores::newest_unseen`]), scores kept in it.
+    fn newest_unseen_scored(
+        &self,
+        cache: &mut WindowScores,
+        model: &StoredModel,
+        query: Newest,
+    ) -> Option<Vec<(i64, f64)>> {
         let Newest {
             channel,
-            fresh,
             since,
             limit,
+            ..
         } = query;
-        let trained_at = model.meta.trained_at_ms;
-        cache.belong_to((model.meta.version, trained_at));
         let c = channel_index(channel);
         let window = &self.windows[c];
-        let picked: Vec<(u64, i64)> = if fresh {
-            let unseen = |e: &Entry| self.unseen(channel, (&e.id, e.ts), model);
-            cache.newest_unseen(c, window, (since, limit), unseen)
-        } else {
-            let mut picked = Vec::new();
-            for (seq, entry) in window.newest_first_with_seq() {
-                if picked.len() == limit {
-                    break;
-                }
-                let unseen = match cache.get(c, seq) {
-                    Some(remembered) => remembered.unseen,
-                    None => {
-                        let unseen = self.unseen(channel, (&entry.id, entry.ts), model);
-                        let decided = Remembered {
-                            unseen,
-                            score: None,
-                        };
-                        cache.set(c, seq, decided);
-                        unseen
-                    }
-                };
-                if !unseen {
-                    picked.push((seq, entry.ts));
-                }
+        let unseen = |e: &Entry| self.unseen(channel, (&e.id, e.ts), model);
+        let mut picked = cache.newest_unseen(c, window, (since, limit), unseen);
+        let unscored: Vec<(usize, &Entry)> = picked
+            .iter()
+            .enumerate()
+            .filter(|(_, event)| event.score.is_none())
+            .filter_map(|(at, event)| Some((at, window.entry_at(event.seq)?)))
+            .collect();
+        if !unscored.is_empty() {
+            let entries: Vec<&Entry> = unscored.iter().map(|&(_, e)| e).collect();
+            let scores = score_entries(&model.model, &entries)?;
+            for (&(at, _), score) in unscored.iter().zip(&scores) {
+                picked[at].score = Some(*score);
             }
-            picked
-        };
+            let seqs = unscored.iter().map(|&(at, _)| picked[at].seq);
+            cache.remember_unseen_scores(c, seqs.zip(scores));
+        }
+        picked
+            .iter()
+            .map(|event| Some((event.ts, event.score?)))
+            .collect()
+    }
+
+    /// [`Engine::newest_scored_with`] for events `model` trained on: a walk over the window,
+    /// newest first (only pu-umbrella's fresh thresholds ask).
+    fn newest_seen_scored(
+        &self,
+        cache: &mut WindowScores,
+        model: &StoredModel,
+        query: Newest,
+    ) -> Option<Vec<(i64, f64)>> {
+        let Newest { channel, limit, .. } = query;
+        let c = channel_index(channel);
+        let window = &self.windows[c];
+        let mut picked = Vec::new();
+        for (seq, entry) in window.newest_first_with_seq() {
+            if picked.len() == limit {
+                break;
+            }
+            let unseen = match cache.get(c, seq) {
+                Some(remembered) => remembered.unseen,
+                None => {
+                    let unseen = self.unseen(channel, (&entry.id, entry.ts), model);
+                    let decided = Remembered {
+                        unseen,
+                        score: None,
+                    };
+                    cache.set(c, seq, decided);
+                    unseen
+                }
+            };
+            if !unseen {
+                picked.push((seq, entry));
+            }
+        }
         let unscored: Vec<(u64, &Entry)> = picked
             .iter()
-            .filter(|&&(seq, _)| cache.get(c, seq).and_then(|r| r.score).is_none())
-            .filter_map(|&(seq, _)| Some((seq, window.entry_at(seq)?)))
+            .copied()
+            .filter(|&(seq, _)| cache.get(c, seq).and_then(|r| r.score).is_none())
             .collect();
         if !unscored.is_empty() {
             let entries: Vec<&Entry> = unscored.iter().map(|&(_, e)| e).collect();
             let scores = score_entries(&model.model, &entries)?;
             for (&(seq, _), score) in unscored.iter().zip(scores) {
                 let remembered = Remembered {
-                    unseen: fresh,
+                    unseen: false,
                     score: Some(score),
                 };
                 cache.set(c, seq, remembered);
             }
         }
-        cache.prune(c, window.oldest_seq());
         picked
             .iter()
-            .map(|&(seq, ts)| Some((ts, cache.get(c, seq)?.score?)))
+            .map(|&(seq, e)| Some((e.ts, cache.get(c, seq)?.score?)))
             .collect()
     }
 

@@ -243,9 +243,15 @@ impl<S: BuildHasher> Window<S> {
         self.removed_inside.retain(|&seq| front <= seq);
     }
 
-    /// Where the event inserted as `seq` sits in `entries`.
+    /// Where the event inserted as `seq` sits in `entries`: at `seq` minus the front's when
+    /// no event left from behind the front (the usual case), else by a binary search.
     fn position(&self, seq: u64) -> Option<usize> {
-        search_from_ends(&self.entries, &seq, |s| s.seq).ok()
+        let front = self.entries.front()?.seq;
+        let guess = usize::try_from(seq.checked_sub(front)?).ok()?;
+        match self.entries.get(guess) {
+            Some(slot) if slot.seq == seq => Some(guess),
+            _ => search_from_ends(&self.entries, &seq, |s| s.seq).ok(),
+        }
     }
 
     fn slot(&self, seq: u64) -> Option<&Slot> {
@@ -273,15 +279,9 @@ impl<S: BuildHasher> Window<S> {
         self.stored_seq(seq)
     }
 
-    /// The stored event inserted as `seq`, if it is still stored: where no event left from
-    /// behind the front, at `seq` minus the front's, else found by a binary search.
+    /// The stored event inserted as `seq`, if it is still stored.
     pub fn entry_at(&self, seq: u64) -> Option<&Entry> {
-        let front = self.entries.front()?.seq;
-        let guess = usize::try_from(seq.checked_sub(front)?).ok()?;
-        match self.entries.get(guess) {
-            Some(slot) if slot.seq == seq => Some(&slot.entry),
-            _ => self.slot(seq).map(|s| &s.entry),
-        }
+        self.slot(seq).map(|s| &s.entry)
     }
 
     /// The insertion sequence number of the oldest stored event (the next one's when empty).

@@ -76,15 +76,27 @@ impl BySeq {
     }
 }
 
+/// An event the cache's model never trained on, as a read of unseen events returns it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Unseen {
+    /// The window's insertion sequence number.
+    pub seq: u64,
+    /// Event time, epoch ms.
+    pub ts: i64,
+    /// The model's score, once [`WindowScores::remember_unseen_scores`] has it.
+    pub score: Option<f64>,
+}
+
 /// One channel's remembered entries, and the events that a read of unseen events may still
 /// pick, in two parts: those not decided yet, and those known unseen (with their event
-/// time, so that reading them touches neither the window nor the remembered entries).
+/// time and score, so that reading them touches neither the window nor the remembered
+/// entries).
 #[derive(Debug, Default)]
 struct ChannelScores {
     remembered: BySeq,
     undecided: BTreeSet<u64>,
-    /// (sequence number, event time), in sequence order.
-    unseen: VecDeque<(u64, i64)>,
+    /// In sequence order.
+    unseen: VecDeque<Unseen>,
     /// The newest sequence number registered as a candidate.
     registered_to: Option<u64>,
 }
@@ -97,11 +109,11 @@ impl ChannelScores {
         self.registered_to = None;
     }
 
-    /// Adds `(seq, ts)` to the known-unseen events, keeping sequence order (a decided
-    /// event is usually newer than all the others).
-    fn add_unseen(&mut self, (seq, ts): (u64, i64)) {
-        let at = self.unseen.partition_point(|&(other, _)| other < seq);
-        self.unseen.insert(at, (seq, ts));
+    /// Adds `event` to the known-unseen events, keeping sequence order (a decided event is
+    /// usually newer than all the others).
+    fn add_unseen(&mut self, event: Unseen) {
+        let at = self.unseen.partition_point(|other| other.seq < event.seq);
+        self.unseen.insert(at, event);
     }
 }
 
@@ -140,14 +152,14 @@ impl WindowScores {
         while scores
             .unseen
             .front()
-            .is_some_and(|&(seq, _)| seq < oldest_stored)
+            .is_some_and(|event| event.seq < oldest_stored)
         {
             scores.unseen.pop_front();
         }
     }
 
     /// The newest `limit` events of `window` (the cache's `channel`) from event time `since`
-    /// on that the model never trained on, newest first, as (sequence number, event time).
+    /// on that the model never trained on, newest first, with the scores remembered for them.
     /// `unseen` decides an event not decided yet, and the answer is remembered. First makes
     /// candidates of the events inserted since the last read (all of them after another
     /// model).
@@ -157,7 +169,7 @@ impl WindowScores {
         window: &Window<S>,
         (since, limit): (i64, usize),
         mut unseen: impl FnMut(&Entry) -> bool,
-    ) -> Vec<(u64, i64)> {
+    ) -> Vec<Unseen> {
         let scores = &mut self.channels[channel];
         let registered_to = scores.registered_to;
         let newest = window.newest_first_with_seq().map(|(seq, _)| seq);
@@ -174,15 +186,15 @@ impl WindowScores {
         while picked.len() < limit {
             let from_undecided = match (undecided.peek(), known.peek()) {
                 (None, None) => break,
-                (Some(&u), Some(&(k, _))) => u > k,
+                (Some(&u), Some(k)) => u > k.seq,
                 (u, _) => u.is_some(),
             };
             if !from_undecided {
-                let Some((seq, ts)) = known.next() else { break };
-                if !window.stores_seq(seq) {
-                    gone_unseen.push(seq);
-                } else if ts >= since {
-                    picked.push((seq, ts));
+                let Some(event) = known.next() else { break };
+                if !window.stores_seq(event.seq) {
+                    gone_unseen.push(event.seq);
+                } else if event.ts >= since {
+                    picked.push(event);
                 }
                 continue;
             }
@@ -208,8 +220,13 @@ impl WindowScores {
             };
             decided.push(seq);
             if is_unseen {
-                newly_unseen.push((seq, entry.ts));
-                picked.push((seq, entry.ts));
+                let event = Unseen {
+                    seq,
+                    ts: entry.ts,
+                    score: None,
+                };
+                newly_unseen.push(event);
+                picked.push(event);
             }
         }
         for seq in decided {
@@ -219,9 +236,27 @@ impl WindowScores {
             scores.add_unseen(event);
         }
         if !gone_unseen.is_empty() {
-            scores.unseen.retain(|(seq, _)| !gone_unseen.contains(seq));
+            scores
+                .unseen
+                .retain(|event| !gone_unseen.contains(&event.seq));
         }
         picked
+    }
+
+    /// Remembers the model's scores of known-unseen events of `channel`, (sequence number,
+    /// score).
+    pub fn remember_unseen_scores(
+        &mut self,
+        channel: usize,
+        scored: impl IntoIterator<Item = (u64, f64)>,
+    ) {
+        let unseen = &mut self.channels[channel].unseen;
+        for (seq, score) in scored {
+            let at = unseen.partition_point(|event| event.seq < seq);
+            if let Some(event) = unseen.get_mut(at).filter(|event| event.seq == seq) {
+                event.score = Some(score);
+            }
+        }
     }
 }
 
@@ -283,7 +318,11 @@ mod tests {
                 }
                 let unseen = |e: &Entry| (e.ts + e.id.len() as i64 + clock / 5) % 3 != 0;
                 let since = if kind == 1 { i64::MIN } else { since + i as i64 / 3 };
-                let fast = cache.newest_unseen(0, &window, (since, limit), unseen);
+                let fast: Vec<(u64, i64)> = cache
+                    .newest_unseen(0, &window, (since, limit), unseen)
+                    .iter()
+                    .map(|event| (event.seq, event.ts))
+                    .collect();
                 let slow = walk_whole_window(&window, &mut decided, (since, limit), unseen);
                 prop_assert_eq!(&fast, &slow);
                 cache.prune(0, window.oldest_seq());
