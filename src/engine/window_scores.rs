@@ -174,7 +174,7 @@ impl WindowScores {
         let scores = &mut self.channels[channel];
         let registered_to = scores.registered_to;
         let newest = window.newest_first_with_seq().map(|(seq, _)| seq);
-        for seq in newest.take_while(|&seq| registered_to.is_none_or(|to| seq > to)) {
+        for seq in newest.take_while(|&seq| registered_to.map_or(true, |to| seq > to)) {
             scores.registered_to = scores.registered_to.max(Some(seq));
             scores.undecided.insert(seq);
         }
@@ -304,9 +304,8 @@ mod tests {
             let mut cache = WindowScores::default();
             cache.belong_to((1, 0));
             let mut decided = HashMap::new();
-            let mut clock = 0i64;
             for (i, &(ts, kind, since, limit)) in steps.iter().enumerate() {
-                clock += 1;
+                let clock = i as i64 + 1;
                 let entry = Entry {
                     id: format!("e{i}"),
                     ts: ts + i as i64 / 3,

@@ -270,7 +270,7 @@ impl Relaxation {
             if l.is_nan()
                 || u.is_nan()
                 || d.is_nan()
-                || !(t >= 1.0 && t < f64::INFINITY)
+                || !(1.0..f64::INFINITY).contains(&t)
                 || l == f64::INFINITY
                 || u == f64::NEG_INFINITY
             {
