@@ -24,7 +24,7 @@
 //! costs O((m+n)d²), the rest O((m+n)d).
 //!
 //! Stopping is certified, as for FISTA: (mλ, mμ) is projected onto Γ_k (Algorithm 2,
-//! [`project`]) and scaled optimally along its ray, which gives a feasible dual point and the
+//! [`crate::learn::projection::project`]) and scaled optimally along its ray, which gives a feasible dual point and the
 //! lower bound D; the primal iterate w gives P(w). The solver stops when the gain-relative gap
 //! of [`super::TfplReport::relative_gap`] is ≤ tol, and returns the best primal and dual points seen.
 //!
@@ -42,7 +42,7 @@ use super::{certified, dual_gain, primal_gain, relative_gap, Stop, TfplError, Tf
 use crate::data::rows::dense_dot;
 use crate::data::Rows;
 use crate::learn::observe::FitStep;
-use crate::learn::projection::{project, ProjectionWorkspace};
+use crate::learn::projection::{project_from, ProjectionWorkspace};
 
 /// Iterations after which the solver gives up (it needs 20–40 on well-posed problems).
 const MAX_ITERATIONS: u64 = 200;
@@ -209,6 +209,9 @@ pub(super) fn solve_screened(
         },
     };
     let mut alpha = vec![0.0; m];
+    // The multipliers move little between late iterations, so each projection starts at
+    // the previous one's λ* (the result does not depend on the start, only the work).
+    let mut last_lambda = None;
     let mut last_mu_bar = f64::INFINITY;
     let mut block = vec![0.0; BLOCK_ROWS.min(len) * d];
     loop {
@@ -265,7 +268,8 @@ pub(super) fn solve_screened(
         let mut beta = vec![0.0; negs.kept.len()];
         let a0: Vec<f64> = pt.lam.iter().map(|l| l * mf).collect();
         let b0: Vec<f64> = pt.mu.iter().map(|u| u * mf).collect();
-        let stats = project(&a0, &b0, k, &mut alpha, &mut beta, &mut ws)?;
+        let stats = project_from(&a0, &b0, k, &mut alpha, &mut beta, &mut ws, last_lambda)?;
+        last_lambda = Some(stats.lambda);
         outcome.visits += stats.visits;
         // Everything this iteration needs of Xpᵀ and Xnᵀ, each read once.
         let diagonals = Diagonals::of(&pt);
