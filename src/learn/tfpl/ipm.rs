@@ -24,9 +24,11 @@
 //! costs O((m+n)d²), the rest O((m+n)d).
 //!
 //! Stopping is certified, as for FISTA: (mλ, mμ) is projected onto Γ_k (Algorithm 2,
-//! [`crate::learn::projection::project`]) and scaled optimally along its ray, which gives a feasible dual point and the
-//! lower bound D; the primal iterate w gives P(w). The solver stops when the gain-relative gap
-//! of [`super::TfplReport::relative_gap`] is ≤ tol, and returns the best primal and dual points seen.
+//! [`crate::learn::projection::project_from`], started at the previous iteration's λ*) and
+//! scaled optimally along its ray, which gives a feasible dual point and the lower bound D;
+//! the primal iterate w gives P(w). The solver stops when the gain-relative gap of
+//! [`super::TfplReport::relative_gap`] is ≤ tol, and returns the best primal and dual points
+//! seen.
 //!
 //! A warm solve (a retrain) works with the negatives whose scores rank near or above the k-th
 //! and adds back in flight those that climb ([`screen`]): every row still enters P(w) and the
