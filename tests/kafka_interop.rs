@@ -88,13 +88,19 @@ fn a_python_client_produces_events_and_reads_back_their_scores() {
     let bootstrap = broker.bootstrap();
     let dir = tempfile::tempdir().expect("tempdir");
     // tfpl with a linear kernel trains in well under a second even in a debug build; the
-    // quickstart's usmo would dominate the test time.
+    // quickstart's usmo would dominate the test time. How the consumer interleaves the three
+    // topics depends on timing: on a loaded machine it read most unlabeled events first, the
+    // first retrain (due once the positive and unlabeled minimums are met) had too few
+    // negatives to calibrate and was refused, and the events left were fewer than
+    // `every_events`, so no model ever came. A retrain every 500 window events leaves room
+    // for one more whatever the order.
     let mut daemon = Daemon::start(
         &broker,
         dir.path(),
         &[
             ("NEYMAN_MODEL_ALGORITHM", "tfpl"),
             ("NEYMAN_MODEL_KERNEL", "linear"),
+            ("NEYMAN_RETRAIN_EVERY_EVENTS", "500"),
         ],
     );
     // The HTTP API answers only after the daemon has created its topics, so Python produces
