@@ -21,6 +21,14 @@ pub struct RetrainConfig {
     /// Retrain after this many new window events (0: never by count).
     #[serde(default = "default_every_events")]
     pub every_events: u64,
+    /// Before the first accepted model, a retrain that installed nothing (refused by the gate,
+    /// failed, e.g. too few calibration negatives had arrived yet) is retried after this many
+    /// new window events, the next after twice as many, and so on up to `every_events`: the
+    /// first model comes soon after the windows allow one, also when the input pauses there,
+    /// without retraining the whole windows every few events when they never will.
+    /// 0: wait for `every_events` / `every`.
+    #[serde(default = "default_first_model_retry_events")]
+    pub first_model_retry_events: u64,
     /// Retrain after this much event time (absent: never by time).
     #[serde(default)]
     pub every: Option<HumanDuration>,
@@ -47,6 +55,9 @@ fn default_min_negative() -> usize {
 fn default_every_events() -> u64 {
     1_000
 }
+fn default_first_model_retry_events() -> u64 {
+    100
+}
 fn default_time_limit() -> HumanDuration {
     HumanDuration(std::time::Duration::from_secs(120))
 }
@@ -58,6 +69,7 @@ impl Default for RetrainConfig {
             min_unlabeled: default_min_unlabeled(),
             min_negative: default_min_negative(),
             every_events: default_every_events(),
+            first_model_retry_events: default_first_model_retry_events(),
             every: None,
             time_limit: default_time_limit(),
         }

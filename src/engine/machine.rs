@@ -304,6 +304,9 @@ pub struct Engine {
     /// `windows.max_future` in milliseconds.
     max_future_ms: i64,
     new_window_events: u64,
+    /// While no model is active: the new window events after which a retrain that installed
+    /// nothing is retried (`retrain.first_model_retry_events`, doubled per retry).
+    first_model_retry: u64,
     /// New negative-feedback events since the active model's threshold was last calibrated.
     negatives_since_calibration: usize,
     /// New labelled positives since then (they drive a pu-umbrella model's fresh thresholds).
@@ -434,6 +437,7 @@ impl Engine {
             ..EventLimits::default()
         };
         metrics.target_fpr.set(config.model.tau);
+        let first_model_retry = config.retrain.first_model_retry_events;
         let event_counters = Channel::ALL
             .iter()
             .flat_map(|c| {
@@ -487,6 +491,7 @@ impl Engine {
             max_wait_ms,
             max_future_ms,
             new_window_events: 0,
+            first_model_retry,
             negatives_since_calibration: 0,
             positives_since_calibration: 0,
             early_retrain: false,
@@ -1872,22 +1877,34 @@ impl Engine {
             return true;
         }
         let by_count = r.every_events > 0 && self.new_window_events >= r.every_events;
+        let retry = self.first_model_retry > 0
+            && self.new_window_events >= self.first_model_retry
+            && self.registry.active().is_none();
         let by_time = match (r.every, self.newest_ts) {
             (Some(every), Some(now)) => {
                 now.saturating_sub(last) >= i64::try_from(every.0.as_millis()).unwrap_or(i64::MAX)
             }
             _ => false,
         };
-        by_count || by_time
+        by_count || retry || by_time
+    }
+
+    /// Resets the schedule as a retrain starts; while no model is active, a later retry
+    /// waits twice as long as this one did.
+    fn start_retrain_schedule(&mut self) {
+        if self.last_retrain_ts.is_some() && self.registry.active().is_none() {
+            self.first_model_retry = self.first_model_retry.saturating_mul(2);
+        }
+        self.new_window_events = 0;
+        self.early_retrain = false;
+        self.last_retrain_ts = self.newest_ts;
     }
 
     /// Trains on the window snapshot, gates, and swaps, on this thread; counts and logs the
     /// outcome.
     pub fn retrain(&mut self) -> RetrainOutcome {
         let started = Instant::now();
-        self.new_window_events = 0;
-        self.early_retrain = false;
-        self.last_retrain_ts = self.newest_ts;
+        self.start_retrain_schedule();
         let (outcome, fallback) = match self.prepare_retrain(started) {
             Ok(job) => {
                 let trained = job.run();
@@ -1909,9 +1926,7 @@ impl Engine {
             return None;
         }
         let started = Instant::now();
-        self.new_window_events = 0;
-        self.early_retrain = false;
-        self.last_retrain_ts = self.newest_ts;
+        self.start_retrain_schedule();
         match self.prepare_retrain(started) {
             Ok(job) => {
                 self.training = true;
@@ -3522,6 +3537,51 @@ mod tests {
         assert!(lower <= 0.38 && 0.38 <= upper, "{:?}", gauges(&e));
     }
 
+    /// Retrains started so far, whatever their outcome.
+    fn retrains_started(e: &Engine) -> u64 {
+        ["swapped", "rejected", "failed"]
+            .iter()
+            .map(|r| e.metrics.retrains.with_label_values(&[r]).get())
+            .sum()
+    }
+
+    /// The bundled stream's first retrain comes before enough negatives have arrived and is
+    /// refused. Without a model the next one is due after `first_model_retry_events` new
+    /// window events, then after twice as many: the first model comes long before
+    /// `every_events`; with 0 it waits for them.
+    #[test]
+    fn a_refused_first_retrain_is_retried_on_a_doubling_schedule() {
+        let run = |retry: u64| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let extra = format!(
+                "every_events = 100000
+first_model_retry_events = {retry}
+"
+            );
+            let (mut e, registry) = engine(dir.path(), &extra);
+            let mut gaps = Vec::new();
+            for record in RecordReader::open(std::path::Path::new(STREAM)).expect("stream") {
+                let before = (retrains_started(&e), e.new_window_events);
+                e.handle(&record.expect("record")).expect("handled");
+                if retrains_started(&e) > before.0 {
+                    gaps.push(before.1 + 1);
+                }
+                if registry.active().is_some() {
+                    break;
+                }
+            }
+            (gaps, registry.active().map(|m| m.meta.version))
+        };
+        let (gaps, version) = run(0);
+        assert_eq!(gaps.len(), 1, "only the first retrain: {gaps:?}");
+        assert_eq!(version, None);
+        let (gaps, version) = run(100);
+        assert!(version.is_some(), "a first model: {gaps:?}");
+        assert!(gaps.len() >= 2, "{gaps:?}");
+        let retries: Vec<u64> = (0..gaps.len() - 1).map(|i| 100 << i).collect();
+        assert_eq!(gaps[1..], retries[..]);
+    }
+
     #[test]
     fn a_rejected_retrain_keeps_the_active_model() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -3543,8 +3603,9 @@ mod tests {
         assert_eq!(registry.active().map(|m| m.meta.version), Some(active));
         assert_eq!(
             e.metrics.retrains.with_label_values(&["rejected"]).get(),
-            // The bundled stream's first retrain (before enough negatives) is rejected too.
-            2
+            // The bundled stream's first retrain (before enough negatives) and its retries
+            // after 100 and 200 more window events are rejected too.
+            4
         );
         // A bad parameter is a failed retrain, also keeping the model.
         e.config.model.tau = 0.05;
@@ -4112,7 +4173,8 @@ mod tests {
     fn fresh_thresholds_follow_drifted_negatives_between_retrains() {
         let dir = tempfile::tempdir().expect("temp dir");
         let recorded = Recorded::default();
-        let extra = "[recalibrate]\nwindow = 200\nevery = 50\n";
+        // The first model of the regular schedule, as in `feedback_above_tau_is_a_drift_and_recalibrates_on_the_newest_negatives`.
+        let extra = "first_model_retry_events = 0\n[recalibrate]\nwindow = 200\nevery = 50\n";
         let (mut e, registry) = engine_with(dir.path(), extra, Box::new(recorded.clone()));
         let version = feed_until_first_model(&mut e, &registry);
         e.config.retrain.every_events = 1_000_000;
@@ -4210,8 +4272,10 @@ mod tests {
     #[test]
     fn feedback_above_tau_is_a_drift_and_recalibrates_on_the_newest_negatives() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let extra =
-            "[recalibrate]\nwindow = 1000\nevery = 1000\n[drift]\nwindow = 100\nevery = 20\n";
+        // The first model of the regular schedule (a retry's model, trained on fewer events,
+        // sits closer to the relabelled events).
+        let extra = "first_model_retry_events = 0\n[recalibrate]\nwindow = 1000\nevery = 1000\n\
+                     [drift]\nwindow = 100\nevery = 20\n";
         let (mut e, registry) = engine_with(dir.path(), extra, Box::new(Discard));
         let version = feed_until_first_model(&mut e, &registry);
         e.config.retrain.every_events = 1_000_000;
