@@ -224,6 +224,12 @@ impl Scaler {
         assert_eq!(out.len(), self.n_features(), "output buffer length");
         let params = self.shift.iter().zip(&self.factor);
         match row {
+            // A full row (every scored event): one pass the compiler can vectorise.
+            RowRef::Dense(x) if x.len() == out.len() => {
+                for ((o, &x), (&s, &f)) in out.iter_mut().zip(x).zip(params) {
+                    *o = scale_value(x, s, f);
+                }
+            }
             RowRef::Dense(x) => {
                 let x = x.iter().copied().chain(std::iter::repeat(0.0));
                 for ((o, (&s, &f)), x) in out.iter_mut().zip(params).zip(x) {
@@ -253,15 +259,14 @@ impl Scaler {
     }
 }
 
+/// (x − shift)·factor, finite: 0 for a dropped column (factor 0) and for NaN. Written
+/// without early returns so a row's loop compiles to selects (`clamp` keeps NaN).
 fn scale_value(x: f64, shift: f64, factor: f64) -> f64 {
-    if factor == 0.0 {
-        return 0.0;
-    }
-    let v = (x - shift) * factor;
-    if v.is_nan() {
+    let v = ((x - shift) * factor).clamp(-f64::MAX, f64::MAX);
+    if factor == 0.0 || v.is_nan() {
         0.0
     } else {
-        v.clamp(-f64::MAX, f64::MAX)
+        v
     }
 }
 

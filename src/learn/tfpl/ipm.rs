@@ -41,7 +41,7 @@ use faer::linalg::solvers::Solve;
 use ndarray::{s, Array2, ArrayView1, ArrayView2, Axis};
 
 use super::{certified, dual_gain, primal_gain, relative_gap, Stop, TfplError, TfplParams};
-use crate::data::rows::dense_dot;
+use crate::data::rows::{dense_dot, gather_rows};
 use crate::data::Rows;
 use crate::learn::observe::FitStep;
 use crate::learn::projection::{project_from, ProjectionWorkspace};
@@ -409,7 +409,7 @@ fn screen<'a>(xn: ArrayView2<'a, f64>, w: &[f64], k: usize, size: usize) -> Nega
     let dropped = (0..n).filter(|&j| !keep[j]).collect();
     Negatives {
         all: xn,
-        copy: Some(xn.select(Axis(0), &kept)),
+        copy: Some(gather_rows(xn, &kept)),
         kept,
         dropped,
         size,
@@ -450,7 +450,7 @@ impl<'a> Negatives<'a> {
     /// the kept ones.
     fn add(&mut self, positions: &[usize]) {
         let joining: Vec<usize> = positions.iter().map(|&i| self.dropped[i]).collect();
-        let rows = self.all.select(Axis(0), &joining);
+        let rows = gather_rows(self.all, &joining);
         self.kept.extend_from_slice(&joining);
         // The rows have the copy's columns, so appending them cannot fail; a fresh copy if
         // it did.
@@ -458,7 +458,7 @@ impl<'a> Negatives<'a> {
             copy.append(Axis(0), rows.view()).ok()?;
             Some(copy)
         });
-        self.copy = Some(grown.unwrap_or_else(|| self.all.select(Axis(0), &self.kept)));
+        self.copy = Some(grown.unwrap_or_else(|| gather_rows(self.all, &self.kept)));
         let mut position = positions.iter().peekable();
         let mut index = 0;
         self.dropped.retain(|_| {
