@@ -25,7 +25,8 @@ pub struct RetrainConfig {
     /// failed, e.g. too few calibration negatives had arrived yet) is retried after this many
     /// new window events, the next after twice as many, and so on up to `every_events`: the
     /// first model comes soon after the windows allow one, also when the input pauses there,
-    /// without retraining the whole windows every few events when they never will.
+    /// without retraining the whole windows every few events when they never will. Retries
+    /// leave the schedule as it was: the next scheduled retrain comes when it would have.
     /// 0: wait for `every_events` / `every`.
     #[serde(default = "default_first_model_retry_events")]
     pub first_model_retry_events: u64,

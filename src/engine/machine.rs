@@ -162,6 +162,15 @@ pub enum RetrainOutcome {
     Cancelled,
 }
 
+/// Why a retrain is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// The first one, `retrain.every_events` / `every`, or an early retrain.
+    Scheduled,
+    /// No model yet: `retrain.first_model_retry_events` since the last attempt.
+    FirstModelRetry,
+}
+
 /// An unlabeled event waiting for a first accepted model.
 struct Waiting {
     event: Event,
@@ -307,6 +316,9 @@ pub struct Engine {
     /// While no model is active: the new window events after which a retrain that installed
     /// nothing is retried (`retrain.first_model_retry_events`, doubled per retry).
     first_model_retry: u64,
+    /// New window events since the last retrain of any kind; `new_window_events` counts
+    /// from the last scheduled one, so retries do not move the schedule.
+    events_since_attempt: u64,
     /// New negative-feedback events since the active model's threshold was last calibrated.
     negatives_since_calibration: usize,
     /// New labelled positives since then (they drive a pu-umbrella model's fresh thresholds).
@@ -492,6 +504,7 @@ impl Engine {
             max_future_ms,
             new_window_events: 0,
             first_model_retry,
+            events_since_attempt: 0,
             negatives_since_calibration: 0,
             positives_since_calibration: 0,
             early_retrain: false,
@@ -1017,6 +1030,7 @@ impl Engine {
         let outcome = match window.insert(entry) {
             InsertOutcome::Added { .. } => {
                 self.new_window_events += 1;
+                self.events_since_attempt += 1;
                 EventOutcome::Windowed
             }
             InsertOutcome::Duplicate => EventOutcome::Duplicate,
@@ -1862,38 +1876,47 @@ impl Engine {
     }
 
     fn retrain_due(&self) -> bool {
+        self.due().is_some()
+    }
+
+    /// Which retrain is due now, if any.
+    fn due(&self) -> Option<Due> {
         if !self.trains {
-            return false;
+            return None;
         }
         let r = &self.config.retrain;
         let [p, u, _] = &self.windows;
         if p.len() < r.min_positive || u.len() < r.min_unlabeled {
-            return false;
+            return None;
         }
         let Some(last) = self.last_retrain_ts else {
-            return true;
+            return Some(Due::Scheduled);
         };
-        if self.early_retrain {
-            return true;
-        }
         let by_count = r.every_events > 0 && self.new_window_events >= r.every_events;
-        let retry = self.first_model_retry > 0
-            && self.new_window_events >= self.first_model_retry
-            && self.registry.active().is_none();
         let by_time = match (r.every, self.newest_ts) {
             (Some(every), Some(now)) => {
                 now.saturating_sub(last) >= i64::try_from(every.0.as_millis()).unwrap_or(i64::MAX)
             }
             _ => false,
         };
-        by_count || retry || by_time
+        if self.early_retrain || by_count || by_time {
+            return Some(Due::Scheduled);
+        }
+        let retry = self.first_model_retry > 0
+            && self.events_since_attempt >= self.first_model_retry
+            && self.registry.active().is_none();
+        retry.then_some(Due::FirstModelRetry)
     }
 
-    /// Resets the schedule as a retrain starts; while no model is active, a later retry
-    /// waits twice as long as this one did.
+    /// Resets the schedule as a retrain starts. A retry for a first model leaves the
+    /// schedule where it was (the next scheduled retrain comes when it would have), and a
+    /// later retry waits twice as long.
     fn start_retrain_schedule(&mut self) {
-        if self.last_retrain_ts.is_some() && self.registry.active().is_none() {
+        let retry = self.due() == Some(Due::FirstModelRetry);
+        self.events_since_attempt = 0;
+        if retry {
             self.first_model_retry = self.first_model_retry.saturating_mul(2);
+            return;
         }
         self.new_window_events = 0;
         self.early_retrain = false;
@@ -3561,7 +3584,7 @@ first_model_retry_events = {retry}
             let (mut e, registry) = engine(dir.path(), &extra);
             let mut gaps = Vec::new();
             for record in RecordReader::open(std::path::Path::new(STREAM)).expect("stream") {
-                let before = (retrains_started(&e), e.new_window_events);
+                let before = (retrains_started(&e), e.events_since_attempt);
                 e.handle(&record.expect("record")).expect("handled");
                 if retrains_started(&e) > before.0 {
                     gaps.push(before.1 + 1);
@@ -3580,6 +3603,44 @@ first_model_retry_events = {retry}
         assert!(gaps.len() >= 2, "{gaps:?}");
         let retries: Vec<u64> = (0..gaps.len() - 1).map(|i| 100 << i).collect();
         assert_eq!(gaps[1..], retries[..]);
+    }
+
+    /// Retries for a first model do not move the schedule: with them, retrains start at
+    /// the same events as without, plus the retries, all before the first model.
+    #[test]
+    fn first_model_retries_leave_the_schedule_as_it_was() {
+        let run = |retry: u64| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let extra = format!("every_events = 1000\nfirst_model_retry_events = {retry}\n");
+            let (mut e, registry) = engine(dir.path(), &extra);
+            let mut starts = Vec::new();
+            let records = RecordReader::open(std::path::Path::new(STREAM)).expect("stream");
+            for (i, record) in records.take(4000).enumerate() {
+                let (before, had_model) = (retrains_started(&e), registry.active().is_some());
+                e.handle(&record.expect("record")).expect("handled");
+                if retrains_started(&e) > before {
+                    starts.push((i, had_model));
+                }
+            }
+            starts
+        };
+        let (scheduled, with_retries) = (run(0), run(100));
+        assert!(scheduled.len() >= 3, "{scheduled:?}");
+        let at = |starts: &[(usize, bool)]| starts.iter().map(|&(i, _)| i).collect::<Vec<_>>();
+        let retries: Vec<(usize, bool)> = with_retries
+            .iter()
+            .copied()
+            .filter(|(i, _)| !at(&scheduled).contains(i))
+            .collect();
+        assert!(!retries.is_empty(), "{with_retries:?}");
+        assert!(
+            retries.iter().all(|&(_, had_model)| !had_model),
+            "{retries:?}"
+        );
+        assert!(
+            at(&scheduled).iter().all(|i| at(&with_retries).contains(i)),
+            "{scheduled:?} {with_retries:?}"
+        );
     }
 
     #[test]
