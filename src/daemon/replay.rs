@@ -13,7 +13,7 @@ use crate::config::OutputConfig;
 use crate::engine::machine::Engine;
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::prequential::Prequential;
-use crate::engine::scoring::ScoreOutput;
+use crate::engine::scoring::{Prescore, ScoreOutput};
 use crate::stream::dlq::{DlqRecord, DlqWriter, UnreadableLine};
 use crate::stream::record::{FilePosition, Record, RecordError, RecordReader};
 use crate::stream::{Channel, Event};
@@ -257,8 +257,9 @@ const READ_AHEAD_BATCH: usize = 256;
 /// read-ahead holds: a few thousand records).
 const READ_AHEAD_BATCHES: usize = 16;
 
-/// A record (or the error in its place) and its payload as read ahead.
-type ReadAhead = (Result<Record, RecordError>, Option<Event>);
+/// A record (or the error in its place), its payload as read ahead and its score by the
+/// model active then ([`Engine::prescoring_preparse`]).
+type ReadAhead = (Result<Record, RecordError>, Option<Event>, Option<Prescore>);
 
 /// The read-ahead between the reading thread and the engine: batches one way, handled
 /// records back, so the thread that allocated them frees them (freeing them on the engine's
@@ -277,7 +278,7 @@ struct ReadAheadChannel {
 /// read-ahead's worth.
 fn read_ahead(
     reader: RecordReader,
-    preparse: impl Fn(&[u8]) -> Option<Event> + Send + 'static,
+    mut preparse: impl FnMut(Channel, &[u8]) -> (Option<Event>, Option<Prescore>) + Send + 'static,
 ) -> ReadAheadChannel {
     let (sender, batches) = std::sync::mpsc::sync_channel(READ_AHEAD_BATCHES);
     let (handled, spent) = std::sync::mpsc::channel::<Vec<Record>>();
@@ -291,8 +292,11 @@ fn read_ahead(
                 .by_ref()
                 .take(READ_AHEAD_BATCH)
                 .map(|record| {
-                    let parsed = record.as_ref().ok().and_then(|r| preparse(&r.payload));
-                    (record, parsed)
+                    let (parsed, prescore) = match &record {
+                        Ok(r) => preparse(r.channel, &r.payload),
+                        Err(_) => (None, None),
+                    };
+                    (record, parsed, prescore)
                 })
                 .collect();
             if batch.is_empty() || sender.send(batch).is_err() {
@@ -337,13 +341,13 @@ pub fn run(
         batches,
         handled: spent,
         reading,
-    } = read_ahead(reader, engine.preparse());
+    } = read_ahead(reader, engine.prescoring_preparse());
     let mut unreadable = None;
     let mut handled_records = Vec::with_capacity(READ_AHEAD_BATCH);
     let records = batches
         .iter()
         .flat_map(|batch| (batch.into_iter().enumerate()).map(|(i, item)| (i == 0, item)));
-    for (batch_start, (record, parsed)) in records {
+    for (batch_start, (record, parsed, prescore)) in records {
         if stop.load(Ordering::SeqCst) {
             break;
         }
@@ -391,7 +395,7 @@ pub fn run(
             tracker.observe_record(&record);
         }
         engine
-            .handle_preparsed(&record, parsed)
+            .handle_preparsed(&record, parsed, prescore)
             .map_err(DaemonError::runtime)?;
         handled_records.push(record);
         handled += 1;

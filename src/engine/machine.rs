@@ -48,7 +48,7 @@ use crate::engine::audit::{draw_sample, AuditJob, AuditRunner};
 use crate::engine::drift::{Detection, FeatureDetection, FeatureDrift, ScoreDrift};
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::registry::Registry;
-use crate::engine::scoring::{score_one, ScoreOutput, UnscoredReason};
+use crate::engine::scoring::{prescore, score_one_with, Prescore, ScoreOutput, UnscoredReason};
 use crate::engine::store::{
     trained_under, EngineState, ModelStore, Skipped, StoreError, StoredModel,
 };
@@ -313,6 +313,8 @@ pub struct Engine {
     /// `windows.max_future` in milliseconds.
     max_future_ms: i64,
     new_window_events: u64,
+    /// The score of the event being handled, computed ahead ([`Engine::handle_preparsed`]).
+    prescore: Option<Prescore>,
     /// While no model is active: the new window events after which a retrain that installed
     /// nothing is retried (`retrain.first_model_retry_events`, doubled per retry).
     first_model_retry: u64,
@@ -503,6 +505,7 @@ impl Engine {
             max_wait_ms,
             max_future_ms,
             new_window_events: 0,
+            prescore: None,
             first_model_retry,
             events_since_attempt: 0,
             negatives_since_calibration: 0,
@@ -920,20 +923,45 @@ impl Engine {
     }
 
     /// A function that reads payloads as this engine will, without its state, so that a
-    /// driver can do it ahead on another thread; [`Engine::handle_preparsed`] takes its
-    /// result.
+    /// driver can do it ahead on another thread.
     pub fn preparse(&self) -> impl Fn(&[u8]) -> Option<Event> + Send + 'static {
         let limits = self.limits;
         move |payload| parse_event(payload, None, &limits).ok()
     }
 
-    /// [`Engine::handle`] with the record's payload already read by [`Engine::preparse`].
+    /// [`Engine::preparse`] that also scores, with the model active at the time, the events
+    /// this engine will score (unlabeled and negative-feedback events of a scoring engine);
+    /// [`Engine::handle_preparsed`] takes its result. A score from a model that is no longer
+    /// active when the event is handled is not used.
+    pub fn prescoring_preparse(
+        &self,
+    ) -> impl FnMut(Channel, &[u8]) -> (Option<Event>, Option<Prescore>) + Send + 'static {
+        let preparse = self.preparse();
+        let mut active = self.registry.watch();
+        let scores = self.scores;
+        move |channel, payload| {
+            let event = preparse(payload);
+            let scored = scores && matches!(channel, Channel::Unlabeled | Channel::Negative);
+            let prescore = match (&event, active.load()) {
+                (Some(event), Some(model)) if scored => prescore(model, event),
+                _ => None,
+            };
+            (event, prescore)
+        }
+    }
+
+    /// [`Engine::handle`] with the record's payload already read by [`Engine::preparse`]
+    /// and, perhaps, scored by [`Engine::prescoring_preparse`].
     pub fn handle_preparsed(
         &mut self,
         record: &Record,
         parsed: Option<Event>,
+        prescore: Option<Prescore>,
     ) -> Result<(), EngineError> {
-        self.handle_parsed(record, || record.headers.clone(), parsed)
+        self.prescore = prescore;
+        let handled = self.handle_parsed(record, || record.headers.clone(), parsed);
+        self.prescore = None;
+        handled
     }
 
     /// [`Engine::handle`] for a source whose headers cost something to read (librdkafka
@@ -1763,7 +1791,7 @@ impl Engine {
         let timed = self.untimed_scores == 0;
         self.untimed_scores = (self.untimed_scores + 1) % LATENCY_SAMPLE_EVERY;
         let started = timed.then(Instant::now);
-        match score_one(&model, event) {
+        match score_one_with(&model, event, self.prescore.take()) {
             Ok(out) => {
                 if let Some(started) = started {
                     self.metrics
@@ -1805,7 +1833,9 @@ impl Engine {
         let Some(model) = self.registry.active() else {
             return;
         };
-        if let Some(flagged) = crate::engine::scoring::flags(&model, event) {
+        if let Some(flagged) =
+            crate::engine::scoring::flags_with(&model, event, self.prescore.take())
+        {
             self.feedback.push(flagged);
             let flagged = self.feedback.flagged;
             self.metrics
@@ -3004,6 +3034,7 @@ impl Rolling {
 mod tests {
     use super::*;
     use crate::config::LoadedConfig;
+    use crate::engine::scoring::score_one;
     use crate::stream::record::RecordReader;
     use crate::telemetry::RECALIBRATION_RESULTS;
 
@@ -3059,9 +3090,10 @@ mod tests {
         }
     }
 
-    /// Payloads read ahead ([`Engine::preparse`]) give the same scores, dead letters (by
-    /// reason) and windows as payloads the engine reads itself, bad ones and ones the locked
-    /// dimension refuses included.
+    /// Payloads read ahead ([`Engine::preparse`]), and read and scored ahead
+    /// ([`Engine::prescoring_preparse`]), give the same scores, dead letters (by reason) and
+    /// windows as payloads the engine reads itself, bad ones and ones the locked dimension
+    /// refuses included.
     #[test]
     fn preparsed_payloads_are_handled_as_the_engine_reads_them() {
         let mut records: Vec<Record> = RecordReader::open(std::path::Path::new(STREAM))
@@ -3088,18 +3120,37 @@ mod tests {
                 records.insert(20 + 300 * i, record);
             }
         }
-        let run = |preparsed: bool| {
+        // How the payloads reach the engine: read by it, read ahead, or read and scored ahead
+        // in batches of 300 with the model active at the batch's start (a swap in a batch
+        // leaves scores of the model before it, which must not be used).
+        #[derive(Clone, Copy)]
+        enum Read {
+            ByTheEngine,
+            Ahead,
+            ScoredAhead,
+        }
+        let run = |read: Read| {
             let dir = tempfile::tempdir().expect("temp dir");
             let recorded = Recorded::default();
-            let (mut e, _) = engine_with(dir.path(), "", Box::new(recorded.clone()));
+            let (mut e, registry) = engine_with(dir.path(), "", Box::new(recorded.clone()));
             let preparse = e.preparse();
-            for record in &records {
-                let handled = if preparsed {
-                    e.handle_preparsed(record, preparse(&record.payload))
-                } else {
-                    e.handle(record)
-                };
-                handled.expect("handled");
+            let mut prescoring = e.prescoring_preparse();
+            let mut stale = 0;
+            for batch in records.chunks(300) {
+                let ahead: Vec<_> = batch
+                    .iter()
+                    .map(|r| prescoring(r.channel, &r.payload))
+                    .collect();
+                for (record, (parsed, prescore)) in batch.iter().zip(ahead) {
+                    let active = registry.active().map(|m| m.meta.version);
+                    stale += usize::from(prescore.is_some_and(|p| Some(p.version) != active));
+                    let handled = match read {
+                        Read::ByTheEngine => e.handle(record),
+                        Read::Ahead => e.handle_preparsed(record, preparse(&record.payload), None),
+                        Read::ScoredAhead => e.handle_preparsed(record, parsed, prescore),
+                    };
+                    handled.expect("handled");
+                }
             }
             let reasons = [
                 "dimension_mismatch",
@@ -3113,13 +3164,17 @@ mod tests {
                 .map(|r| e.metrics.dlq.with_label_values(&[r]).get())
                 .collect();
             let windows: Vec<usize> = e.windows.iter().map(Window::len).collect();
-            (recorded.take(), dead, windows)
+            ((recorded.take(), dead, windows), stale)
         };
-        let (outputs, dead, windows) = run(true);
+        let (ahead, _) = run(Read::Ahead);
+        let (outputs, dead, _) = &ahead;
         assert!(outputs.iter().any(|o| o.score.is_some()), "a model scored");
         // The sparse events are valid (the locked dimension, given or taken): read again.
-        assert_eq!(dead, [2, 0, 2, 2, 2]);
-        assert_eq!((outputs, dead, windows), run(false));
+        assert_eq!(dead, &[2, 0, 2, 2, 2]);
+        assert_eq!(ahead, run(Read::ByTheEngine).0);
+        let (scored_ahead, stale) = run(Read::ScoredAhead);
+        assert!(stale > 0, "a swap within a batch");
+        assert_eq!(ahead, scored_ahead);
     }
 
     /// Issue 22: `neyman_intake_events_total` counts each event once per channel and

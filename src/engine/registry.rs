@@ -8,8 +8,10 @@
 //! The registry also remembers the accepted models (newest last, at most `keep`), so
 //! `POST /v1/model/rollback` can reinstate the previous one.
 
+use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use arc_swap::cache::Cache;
 use arc_swap::ArcSwapOption;
 
 use crate::engine::store::StoredModel;
@@ -21,6 +23,27 @@ pub enum RegistryError {
     NoModel,
     #[error("model {active} is the only one kept; there is nothing to roll back to")]
     NoPrevious { active: u64 },
+}
+
+/// The active model as another thread sees it: a call compares one pointer and reloads only
+/// after a swap, so asking per event costs no reference counting shared with the engine.
+pub struct ActiveModel(Cache<Watched, Option<Arc<StoredModel>>>);
+
+impl ActiveModel {
+    pub fn load(&mut self) -> Option<&Arc<StoredModel>> {
+        self.0.load().as_ref()
+    }
+}
+
+/// The registry's active slot, for [`Cache`].
+struct Watched(Arc<Registry>);
+
+impl Deref for Watched {
+    type Target = ArcSwapOption<StoredModel>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0.active
+    }
 }
 
 /// The active model and the accepted history.
@@ -65,6 +88,11 @@ impl Registry {
     /// The model to score the next batch with.
     pub fn active(&self) -> Option<Arc<StoredModel>> {
         self.active.load_full()
+    }
+
+    /// The active model for a thread that asks for it per event ([`ActiveModel`]).
+    pub fn watch(self: &Arc<Self>) -> ActiveModel {
+        ActiveModel(Cache::new(Watched(Arc::clone(self))))
     }
 
     /// Makes `model` active and remembers it.

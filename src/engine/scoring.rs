@@ -259,6 +259,44 @@ pub fn score_batch(
 /// [`score_batch`] of one event, the same output; a dense event is scored without stacking
 /// it into rows ([`crate::learn::model::Model::score_dense_row`]).
 pub fn score_one(model: &StoredModel, event: &Event) -> Result<ScoreOutput, ScoringError> {
+    score_one_with(model, event, None)
+}
+
+/// A dense event's score computed ahead, off the engine's thread ([`prescore`]), by the
+/// model of `version`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prescore {
+    pub version: u64,
+    pub score: f64,
+}
+
+/// What [`score_one`] computes for a dense event of `model`'s dimension, to be handed to
+/// [`score_one_with`] or [`flags_with`] later; `None` for other events.
+pub fn prescore(model: &StoredModel, event: &Event) -> Option<Prescore> {
+    match &event.x {
+        Features::Dense(x) if x.len() == model.model.n_features() => Some(Prescore {
+            version: model.meta.version,
+            score: model.model.score_dense_row(x),
+        }),
+        _ => None,
+    }
+}
+
+/// The dense score of `x` under `model`: `prescore`'s when it came from this model's
+/// version (the same function of the same weights, so the same bits), else computed now.
+fn dense_score(model: &StoredModel, x: &[f64], prescore: Option<Prescore>) -> f64 {
+    match prescore {
+        Some(p) if p.version == model.meta.version => p.score,
+        _ => model.model.score_dense_row(x),
+    }
+}
+
+/// [`score_one`], taking the score from `prescore` when it came from `model`.
+pub fn score_one_with(
+    model: &StoredModel,
+    event: &Event,
+    prescore: Option<Prescore>,
+) -> Result<ScoreOutput, ScoringError> {
     let Features::Dense(x) = &event.x else {
         let mut out = score_batch(model, &[event], None)?;
         return out
@@ -274,17 +312,17 @@ pub fn score_one(model: &StoredModel, event: &Event) -> Result<ScoreOutput, Scor
         });
     }
     let threshold = model.model.threshold();
-    let score = model.model.score_dense_row(x);
+    let score = dense_score(model, x, prescore);
     Ok(scored(model, threshold, event, score, true))
 }
 
 /// Whether `model` flags `event`, as [`score_one`]'s `flagged` says, without building the
 /// output (the drift and FPR gauges ask it of every negative-feedback event); `None` when the
-/// event cannot be scored.
-pub fn flags(model: &StoredModel, event: &Event) -> Option<bool> {
+/// event cannot be scored. The score is `prescore`'s when it came from `model`.
+pub fn flags_with(model: &StoredModel, event: &Event, prescore: Option<Prescore>) -> Option<bool> {
     match &event.x {
         Features::Dense(x) if x.len() == model.model.n_features() => {
-            let score = model.model.score_dense_row(x);
+            let score = dense_score(model, x, prescore);
             Some(
                 model
                     .model
