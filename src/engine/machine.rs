@@ -1833,9 +1833,7 @@ impl Engine {
         let Some(model) = self.registry.active() else {
             return;
         };
-        if let Some(flagged) =
-            crate::engine::scoring::flags_with(&model, event, self.prescore.take())
-        {
+        if let Some(flagged) = crate::engine::scoring::flags(&model, event, self.prescore.take()) {
             self.feedback.push(flagged);
             let flagged = self.feedback.flagged;
             self.metrics

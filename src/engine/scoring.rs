@@ -271,7 +271,7 @@ pub struct Prescore {
 }
 
 /// What [`score_one`] computes for a dense event of `model`'s dimension, to be handed to
-/// [`score_one_with`] or [`flags_with`] later; `None` for other events.
+/// [`score_one_with`] or [`flags`] later; `None` for other events.
 pub fn prescore(model: &StoredModel, event: &Event) -> Option<Prescore> {
     match &event.x {
         Features::Dense(x) if x.len() == model.model.n_features() => Some(Prescore {
@@ -319,7 +319,7 @@ pub fn score_one_with(
 /// Whether `model` flags `event`, as [`score_one`]'s `flagged` says, without building the
 /// output (the drift and FPR gauges ask it of every negative-feedback event); `None` when the
 /// event cannot be scored. The score is `prescore`'s when it came from `model`.
-pub fn flags_with(model: &StoredModel, event: &Event, prescore: Option<Prescore>) -> Option<bool> {
+pub fn flags(model: &StoredModel, event: &Event, prescore: Option<Prescore>) -> Option<bool> {
     match &event.x {
         Features::Dense(x) if x.len() == model.model.n_features() => {
             let score = dense_score(model, x, prescore);
