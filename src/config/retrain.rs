@@ -26,11 +26,14 @@ pub struct RetrainConfig {
     /// new window events, the next after twice as many, and so on up to `every_events`. Retries
     /// leave the schedule as it was: the next scheduled retrain comes when it would have.
     /// 0 (the default): wait for `every_events` / `every`. A live source answers sooner with
-    /// it (the shipped `kafka.toml` and `http.toml` set 100: an input that pauses after a
-    /// refused first retrain would otherwise leave its events waiting for
-    /// `scoring.max_wait`); the first model then trains on fewer events, and its TPR is lower
-    /// (the bundled stream's over the whole replay: 0.599 without, 0.546 with 100;
-    /// docs/benchmarks.md, stop 44).
+    /// it (the shipped `kafka.toml` and `http.toml` set 100); the first model then trains on
+    /// fewer events, and its TPR is lower (the bundled stream's over the whole replay: 0.599
+    /// without, 0.546 with 100; docs/benchmarks.md, stop 44). Whatever this is, a live source
+    /// (Kafka, HTTP) whose events have waited half of `scoring.max_wait` on the wall clock
+    /// retries once the windows grew since the last attempt, at most once per half
+    /// `scoring.max_wait`: an input that pauses after a refused first retrain moves no count
+    /// schedule, and its events would otherwise wait all of `max_wait`. Replays have no wall
+    /// clock and never retry that way.
     #[serde(default = "default_first_model_retry_events")]
     pub first_model_retry_events: u64,
     /// Retrain after this much event time (absent: never by time).

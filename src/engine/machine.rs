@@ -169,6 +169,9 @@ enum Due {
     Scheduled,
     /// No model yet: `retrain.first_model_retry_events` since the last attempt.
     FirstModelRetry,
+    /// No model yet, events have waited half of `scoring.max_wait` on the wall clock and the
+    /// windows grew since the last attempt ([`Engine::tick`]: live sources only).
+    WaitingRetry,
 }
 
 /// An unlabeled event waiting for a first accepted model.
@@ -321,6 +324,10 @@ pub struct Engine {
     /// New window events since the last retrain of any kind; `new_window_events` counts
     /// from the last scheduled one, so retries do not move the schedule.
     events_since_attempt: u64,
+    /// Set by [`Engine::tick`]: a retry for the events waiting for a first model is due.
+    waiting_retry: bool,
+    /// When the last such retry was asked for: at most one per half `scoring.max_wait`.
+    waiting_retry_at: Option<Instant>,
     /// New negative-feedback events since the active model's threshold was last calibrated.
     negatives_since_calibration: usize,
     /// New labelled positives since then (they drive a pu-umbrella model's fresh thresholds).
@@ -508,6 +515,8 @@ impl Engine {
             prescore: None,
             first_model_retry,
             events_since_attempt: 0,
+            waiting_retry: false,
+            waiting_retry_at: None,
             negatives_since_calibration: 0,
             positives_since_calibration: 0,
             early_retrain: false,
@@ -1737,7 +1746,34 @@ impl Engine {
             }
             w.seen_at = Some(now);
         }
+        self.ask_waiting_retry(now);
         self.expire_waiting(Some(now))
+    }
+
+    /// Before a first model, a refused first retrain would leave the waiting events to
+    /// `scoring.max_wait` when the input pauses (nothing then moves the count schedule): once
+    /// the oldest has waited half of it on the wall clock and the windows grew since the last
+    /// attempt, a retry is due, at most one per half `scoring.max_wait`. Replays never tick,
+    /// so their results do not depend on the wall clock.
+    fn ask_waiting_retry(&mut self, now: Instant) {
+        if self.waiting_retry
+            || self.last_retrain_ts.is_none()
+            || self.events_since_attempt == 0
+            || self.registry.active().is_some()
+        {
+            return;
+        }
+        let half = self.config.scoring.max_wait.0 / 2;
+        let Some(seen) = self.pending.front().and_then(|w| w.seen_at) else {
+            return;
+        };
+        let rested = self
+            .waiting_retry_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= half);
+        if rested && now.saturating_duration_since(seen) >= half {
+            self.waiting_retry = true;
+            self.waiting_retry_at = Some(now);
+        }
     }
 
     /// Emits the waiting events whose `scoring.max_wait` has passed by the event-time clock,
@@ -1930,21 +1966,29 @@ impl Engine {
         if self.early_retrain || by_count || by_time {
             return Some(Due::Scheduled);
         }
-        let retry = self.first_model_retry > 0
-            && self.events_since_attempt >= self.first_model_retry
-            && self.registry.active().is_none();
-        retry.then_some(Due::FirstModelRetry)
+        if self.registry.active().is_some() {
+            return None;
+        }
+        if self.first_model_retry > 0 && self.events_since_attempt >= self.first_model_retry {
+            return Some(Due::FirstModelRetry);
+        }
+        self.waiting_retry.then_some(Due::WaitingRetry)
     }
 
     /// Resets the schedule as a retrain starts. A retry for a first model leaves the
     /// schedule where it was (the next scheduled retrain comes when it would have), and a
     /// later retry waits twice as long.
     fn start_retrain_schedule(&mut self) {
-        let retry = self.due() == Some(Due::FirstModelRetry);
+        let due = self.due();
         self.events_since_attempt = 0;
-        if retry {
-            self.first_model_retry = self.first_model_retry.saturating_mul(2);
-            return;
+        self.waiting_retry = false;
+        match due {
+            Some(Due::FirstModelRetry) => {
+                self.first_model_retry = self.first_model_retry.saturating_mul(2);
+                return;
+            }
+            Some(Due::WaitingRetry) => return,
+            Some(Due::Scheduled) | None => {}
         }
         self.new_window_events = 0;
         self.early_retrain = false;
@@ -3658,6 +3702,58 @@ first_model_retry_events = {retry}
         assert!(gaps.len() >= 2, "{gaps:?}");
         let retries: Vec<u64> = (0..gaps.len() - 1).map(|i| 100 << i).collect();
         assert_eq!(gaps[1..], retries[..]);
+    }
+
+    /// A live source that pauses after a refused first retrain: once the oldest waiting
+    /// event has waited half of `scoring.max_wait` on the wall clock and the windows grew
+    /// since, a retry is due (once per half wait), and it leaves the schedule as it was.
+    #[test]
+    fn events_waiting_for_a_first_model_ask_for_a_retry_after_half_the_wait() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let extra = "every_events = 100000\n[scoring]\nmax_wait = \"1h\"\n";
+        let (mut e, registry) = engine(dir.path(), extra);
+        let mut records = RecordReader::open(std::path::Path::new(STREAM)).expect("stream");
+        let mut feed = |e: &mut Engine, n: usize| {
+            for record in records.by_ref().take(n) {
+                e.handle(&record.expect("record")).expect("handled");
+            }
+        };
+        while retrains_started(&e) == 0 {
+            feed(&mut e, 1);
+        }
+        assert!(registry.active().is_none(), "the first retrain is refused");
+        assert!(!e.pending.is_empty(), "events wait for a first model");
+        let start = Instant::now();
+        let half = Duration::from_secs(1800);
+        // Nothing new in the windows since the attempt: no retry, however long they wait.
+        e.tick(start).expect("tick");
+        e.tick(start + half).expect("tick");
+        assert!(!e.retrain_wanted());
+        // τ = 0.1 % certifies nothing on these windows: every retry is refused.
+        e.config.model.tau = 0.001;
+        feed(&mut e, 1000);
+        let scheduled = e.new_window_events;
+        e.tick(start + half - Duration::from_millis(1)).expect("tick");
+        assert!(!e.retrain_wanted(), "before half of max_wait");
+        e.tick(start + half).expect("tick");
+        assert!(e.retrain_wanted(), "the oldest waited half of max_wait");
+        e.retrain();
+        assert_eq!(retrains_started(&e), 2);
+        assert!(registry.active().is_none());
+        // At most one retry per half wait.
+        feed(&mut e, 1000);
+        e.tick(start + half + half / 2).expect("tick");
+        assert!(!e.retrain_wanted(), "the last retry was less than half a wait ago");
+        e.config.model.tau = 0.05;
+        e.tick(start + half + half).expect("tick");
+        assert!(e.retrain_wanted());
+        e.retrain();
+        assert_eq!(retrains_started(&e), 3, "the schedule alone started none");
+        assert!(registry.active().is_some(), "2000 more events certify a model");
+        assert_eq!(e.new_window_events, scheduled + 1000, "retries left the schedule");
+        // Those seen at `start` waited all of max_wait now and went unscored; the model
+        // answered the others.
+        assert!(e.pending.is_empty(), "every waiting event was answered");
     }
 
     /// Retries for a first model do not move the schedule: with them, retrains start at
