@@ -1335,10 +1335,11 @@ impl Engine {
         }
         let trained_at = model.meta.trained_at_ms;
         let trains_on_it = channel != Channel::Negative || !matches!(model.model, Model::Usmo(_));
-        let copy_unseen = self.windows[channel_index(Channel::Unlabeled)]
-            .get(id)
-            .map_or(true, |u| u.ts > trained_at);
-        copy_unseen && (ts > trained_at || !trains_on_it)
+        // The window lookup last: most events of a window are older than the model.
+        (ts > trained_at || !trains_on_it)
+            && self.windows[channel_index(Channel::Unlabeled)]
+                .get(id)
+                .map_or(true, |u| u.ts > trained_at)
     }
 
     /// [`Engine::newest_scored_with`] on the engine's own [`WindowScores`].
