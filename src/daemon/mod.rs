@@ -226,19 +226,14 @@ pub fn run(
     let (intake, keep_serving): (Intake, bool) = match source {
         Input::Replay { path, speed } => {
             let files = replay::file_outputs(&config.output)?;
-            let outputs: Box<dyn Outputs> = match options.report_block {
-                Some(block) => {
-                    let t = replay::Tracker::new(Prequential::new(block, config.model.tau));
-                    tracker = Some(t.clone());
-                    Box::new(replay::Tracked::new(files, t))
-                }
-                None => Box::new(files),
-            };
-            let mut engine = service.engine(&config, outputs, options.resume)?;
+            tracker = options
+                .report_block
+                .map(|block| replay::Tracker::new(Prequential::new(block, config.model.tau)));
+            let (writer, labels) = replay::writing_thread(files, tracker.clone())?;
+            let mut engine = service.engine(&config, Box::new(writer), options.resume)?;
             engine.reads_a_recording();
             let reader = replay::open(&path)?;
             let stop = Arc::clone(&stop);
-            let labels = tracker.clone();
             let posted = replay::PostedEvents {
                 feed: Some(posted),
                 serve_after: options.keep_serving,

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,7 @@ use crate::engine::machine::Engine;
 use crate::engine::outputs::{Origin, OutputError, Outputs};
 use crate::engine::prequential::Prequential;
 use crate::engine::scoring::{Prescore, ScoreOutput};
+use crate::engine::window::Evicted;
 use crate::stream::dlq::{DlqRecord, DlqWriter, UnreadableLine};
 use crate::stream::record::{FilePosition, Record, RecordError, RecordReader};
 use crate::stream::{Channel, Event};
@@ -62,8 +63,8 @@ impl Outputs for FileOutputs {
     }
 }
 
-/// The prequential accounting of a replay, shared by the sink (scores) and the driver
-/// (labelled events).
+/// The prequential accounting of a replay: the writing thread updates it, the caller takes
+/// the report at the end.
 #[derive(Debug, Clone)]
 pub struct Tracker(Arc<Mutex<Prequential>>);
 
@@ -84,9 +85,83 @@ impl Tracker {
         let (block, tau) = guard.settings();
         std::mem::replace(&mut *guard, Prequential::new(block, tau))
     }
+}
 
+/// What the writing thread does, in the order the engine's thread asked for it.
+enum Written {
+    Score(ScoreOutput),
+    /// A labelled record's id and channel: the truth of its unlabeled copy.
+    Label(String, Channel),
+    DeadLetter(DlqRecord),
+    Unreadable(UnreadableLine),
+    /// Everything before it is written and pushed to the OS when this is answered.
+    Flush(SyncSender<()>),
+}
+
+/// Items per hand-over to the writing thread.
+const WRITE_BATCH: usize = 256;
+
+/// Batches in flight to the writing thread (a bound on the memory it holds).
+const WRITE_BATCHES: usize = 16;
+
+/// The queue to the writing thread. The engine's sink ([`Writer`]) and the replay driver
+/// ([`Labels`]) both append to it from the engine's thread, so the thread sees scores and
+/// labels in the order they happened.
+struct WriteQueue {
+    batch: Mutex<Vec<Written>>,
+    sender: SyncSender<Vec<Written>>,
+}
+
+impl WriteQueue {
+    fn push(&self, item: Written) -> Result<(), OutputError> {
+        let full = {
+            let mut batch = self.batch.lock().unwrap_or_else(|p| p.into_inner());
+            batch.push(item);
+            (batch.len() >= WRITE_BATCH)
+                .then(|| std::mem::replace(&mut *batch, Vec::with_capacity(WRITE_BATCH)))
+        };
+        match full {
+            Some(batch) => self.send(batch),
+            None => Ok(()),
+        }
+    }
+
+    /// Hands over what is queued now.
+    fn send_queued(&self) -> Result<(), OutputError> {
+        let batch = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|p| p.into_inner()));
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.send(batch)
+    }
+
+    fn send(&self, batch: Vec<Written>) -> Result<(), OutputError> {
+        self.sender
+            .send(batch)
+            .map_err(|_| OutputError::WriterGone("it stopped taking outputs".into()))
+    }
+}
+
+/// The engine's sink on a replay: scores, dead letters and the prequential accounting are
+/// done by a thread of its own, in the engine's order (formatting the score lines and the
+/// accounting were an eighth of the engine thread's samples on a 1 M-event replay, and the
+/// engine's thread is the replay's bound). `flush` waits until everything before it is
+/// written, so what a flush covers is on disk as before. An error is returned by every call
+/// after the thread met it, from the next one on.
+pub struct Writer {
+    queue: Arc<WriteQueue>,
+    /// The first error the writing thread met.
+    failed: Arc<Mutex<Option<String>>>,
+}
+
+/// The replay driver's side of the queue: labelled records for the accounting.
+#[derive(Clone)]
+pub struct Labels(Arc<WriteQueue>);
+
+impl Labels {
     /// A labelled record's id is the truth of its unlabeled copy: the record key when it has
-    /// one (`stream make` and Kafka producers key by id), else the payload's `id`.
+    /// one (`stream make` and Kafka producers key by id), else the payload's `id`. A failed
+    /// hand-over is the sink's to report (its next call returns the error).
     fn observe_record(&self, record: &Record) {
         if record.channel == Channel::Unlabeled {
             return;
@@ -102,38 +177,125 @@ impl Tracker {
                 Err(_) => return,
             },
         };
-        self.lock().observe_label(&id, record.channel);
+        let _ = self.0.push(Written::Label(id, record.channel));
     }
 }
 
-/// A sink that also hands every score to a [`Tracker`].
-pub struct Tracked<O> {
-    inner: O,
-    tracker: Tracker,
+/// Starts the writing thread over `files`; with a `tracker`, it also keeps the prequential
+/// accounting, and the returned [`Labels`] hands it the labelled records.
+pub fn writing_thread(
+    files: FileOutputs,
+    tracker: Option<Tracker>,
+) -> Result<(Writer, Option<Labels>), DaemonError> {
+    let (sender, batches) = std::sync::mpsc::sync_channel::<Vec<Written>>(WRITE_BATCHES);
+    let failed: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&failed);
+    let tracking = tracker.is_some();
+    let mut files = files;
+    std::thread::Builder::new()
+        .name("replay-writer".into())
+        .spawn(move || {
+            // After an error nothing more is written; the queue is still drained, so the
+            // engine never blocks on it, and every flush is answered.
+            let mut healthy = true;
+            let fail = |e: OutputError, healthy: &mut bool| {
+                *healthy = false;
+                let mut first = seen.lock().unwrap_or_else(|p| p.into_inner());
+                first.get_or_insert(e.to_string());
+            };
+            for batch in batches {
+                for item in batch {
+                    match item {
+                        Written::Score(output) => {
+                            if let Some(t) = &tracker {
+                                t.lock().observe_score(&output);
+                            }
+                            if healthy {
+                                if let Err(e) = files.score(output, None) {
+                                    fail(e, &mut healthy);
+                                }
+                            }
+                        }
+                        Written::Label(id, channel) => {
+                            if let Some(t) = &tracker {
+                                t.lock().observe_label(&id, channel);
+                            }
+                        }
+                        Written::DeadLetter(letter) if healthy => {
+                            if let Err(e) = files.dead_letter(&letter) {
+                                fail(e, &mut healthy);
+                            }
+                        }
+                        Written::Unreadable(letter) if healthy => {
+                            if let Err(e) = files.unreadable_line(&letter) {
+                                fail(e, &mut healthy);
+                            }
+                        }
+                        Written::DeadLetter(_) | Written::Unreadable(_) => {}
+                        Written::Flush(done) => {
+                            let result = match healthy {
+                                true => files.flush(),
+                                false => Ok(()),
+                            };
+                            if let Err(e) = result {
+                                fail(e, &mut healthy);
+                            }
+                            let _ = done.send(());
+                        }
+                    }
+                }
+            }
+        })
+        .map_err(|e| DaemonError::runtime(format!("cannot start the writing thread: {e}")))?;
+    let queue = Arc::new(WriteQueue {
+        batch: Mutex::new(Vec::with_capacity(WRITE_BATCH)),
+        sender,
+    });
+    let labels = tracking.then(|| Labels(Arc::clone(&queue)));
+    Ok((Writer { queue, failed }, labels))
 }
 
-impl<O> Tracked<O> {
-    pub fn new(inner: O, tracker: Tracker) -> Tracked<O> {
-        Tracked { inner, tracker }
+impl Writer {
+    /// The error the writing thread met, if any.
+    fn check(&self) -> Result<(), OutputError> {
+        match &*self.failed.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(OutputError::Earlier(e.clone())),
+            None => Ok(()),
+        }
     }
 }
 
-impl<O: Outputs> Outputs for Tracked<O> {
-    fn score(&mut self, output: ScoreOutput, origin: Option<Origin>) -> Result<(), OutputError> {
-        self.tracker.lock().observe_score(&output);
-        self.inner.score(output, origin)
+impl Outputs for Writer {
+    fn score(&mut self, output: ScoreOutput, _origin: Option<Origin>) -> Result<(), OutputError> {
+        self.check()?;
+        self.queue.push(Written::Score(output))
     }
 
     fn dead_letter(&mut self, letter: &DlqRecord) -> Result<(), OutputError> {
-        self.inner.dead_letter(letter)
+        self.check()?;
+        self.queue.push(Written::DeadLetter(letter.clone()))
     }
 
     fn unreadable_line(&mut self, letter: &UnreadableLine) -> Result<(), OutputError> {
-        self.inner.unreadable_line(letter)
+        self.check()?;
+        self.queue.push(Written::Unreadable(letter.clone()))
     }
 
     fn flush(&mut self) -> Result<(), OutputError> {
-        self.inner.flush()
+        let (done, flushed) = std::sync::mpsc::sync_channel(1);
+        self.queue.push(Written::Flush(done))?;
+        self.queue.send_queued()?;
+        flushed
+            .recv()
+            .map_err(|_| OutputError::WriterGone("it ended before the flush".into()))?;
+        self.check()
+    }
+}
+
+impl Drop for Writer {
+    /// What is still queued is written before the sink goes.
+    fn drop(&mut self) {
+        let _ = self.flush();
     }
 }
 
@@ -184,18 +346,18 @@ pub struct PostedEvents {
 }
 
 impl PostedEvents {
-    /// Takes the requests already queued, showing their records to the `tracker` first.
+    /// Takes the requests already queued, showing their records to `labels` first.
     fn take_queued(
         &self,
         engine: &mut Engine,
-        tracker: Option<&Tracker>,
+        labels: Option<&Labels>,
     ) -> Result<u64, DaemonError> {
         let Some(feed) = &self.feed else {
             return Ok(0);
         };
         super::posted::take_queued(engine, feed, |record| {
-            if let Some(tracker) = tracker {
-                tracker.observe_record(record);
+            if let Some(labels) = labels {
+                labels.observe_record(record);
             }
         })
     }
@@ -261,12 +423,16 @@ const READ_AHEAD_BATCHES: usize = 16;
 /// model active then ([`Engine::prescoring_preparse`]).
 type ReadAhead = (Result<Record, RecordError>, Option<Event>, Option<Prescore>);
 
+/// What the engine hands back to the reading thread to free: handled records and the events
+/// that left the windows ([`Engine::keep_evicted`]).
+type Spent = (Vec<Record>, Vec<Evicted>);
+
 /// The read-ahead between the reading thread and the engine: batches one way, handled
 /// records back, so the thread that allocated them frees them (freeing them on the engine's
 /// thread was 2.5 % of a 1 M-event replay's samples, all of it on the busiest thread).
 struct ReadAheadChannel {
     batches: std::sync::mpsc::Receiver<Vec<ReadAhead>>,
-    handled: std::sync::mpsc::Sender<Vec<Record>>,
+    handled: std::sync::mpsc::Sender<Spent>,
     reading: std::thread::JoinHandle<()>,
 }
 
@@ -281,11 +447,11 @@ fn read_ahead(
     mut preparse: impl FnMut(Channel, &[u8]) -> (Option<Event>, Option<Prescore>) + Send + 'static,
 ) -> ReadAheadChannel {
     let (sender, batches) = std::sync::mpsc::sync_channel(READ_AHEAD_BATCHES);
-    let (handled, spent) = std::sync::mpsc::channel::<Vec<Record>>();
+    let (handled, spent) = std::sync::mpsc::channel::<Spent>();
     let reading = std::thread::spawn(move || {
         let mut reader = reader;
         loop {
-            // Each received batch of handled records is dropped here, where it was allocated.
+            // What comes back is dropped here, where it was allocated.
             while spent.try_recv().is_ok() {}
             let batch: Vec<ReadAhead> = reader
                 .by_ref()
@@ -315,8 +481,8 @@ fn read_ahead(
 /// record (malformed, not UTF-8) is dead-lettered as `invalid_record` with its file and line,
 /// and the replay goes on. A file that cannot be read on (a truncated `.gz`) ends the input
 /// there: everything read before it is answered all the same, then the error is returned.
-/// With a `tracker`, each
-/// labelled record is shown to it before the engine sees it. Waits for a first model
+/// With `labels`, each
+/// labelled record is shown to the accounting before the engine sees it. Waits for a first model
 /// are bounded by event time only (`scoring.max_wait`), even when paced, so a replay's
 /// outputs never depend on the machine's speed. With a `speed`, sleeps between
 /// records by their event-time gaps divided by it.
@@ -329,7 +495,7 @@ pub fn run(
     reader: RecordReader,
     speed: Option<f64>,
     stop: &AtomicBool,
-    tracker: Option<&Tracker>,
+    labels: Option<&Labels>,
     posted: &PostedEvents,
 ) -> Result<Summary, DaemonError> {
     let started = Instant::now();
@@ -341,6 +507,7 @@ pub fn run(
         handled: spent,
         reading,
     } = read_ahead(reader, engine.prescoring_preparse());
+    engine.keep_evicted(true);
     let mut unreadable = None;
     let mut handled_records = Vec::with_capacity(READ_AHEAD_BATCH);
     let records = batches
@@ -352,11 +519,10 @@ pub fn run(
         }
         if batch_start {
             // After the end of input the reading thread is gone and they are dropped here.
-            let _ = spent.send(std::mem::replace(
-                &mut handled_records,
-                Vec::with_capacity(READ_AHEAD_BATCH),
-            ));
-            handled += posted.take_queued(&mut engine, tracker)?;
+            let records =
+                std::mem::replace(&mut handled_records, Vec::with_capacity(READ_AHEAD_BATCH));
+            let _ = spent.send((records, engine.take_evicted()));
+            handled += posted.take_queued(&mut engine, labels)?;
             progress.report(handled);
         }
         let record = match record {
@@ -387,11 +553,11 @@ pub fn run(
                     break;
                 }
                 std::thread::sleep(wait.min(Duration::from_millis(100)));
-                handled += posted.take_queued(&mut engine, tracker)?;
+                handled += posted.take_queued(&mut engine, labels)?;
             }
         }
-        if let Some(tracker) = tracker {
-            tracker.observe_record(&record);
+        if let Some(labels) = labels {
+            labels.observe_record(&record);
         }
         engine
             .handle_preparsed(&record, parsed, prescore)
@@ -401,6 +567,7 @@ pub fn run(
     }
     // Dropping the receiver ends the reading thread at its next batch.
     drop(batches);
+    engine.keep_evicted(false);
     if reading.join().is_err() {
         return Err(DaemonError::runtime(
             "the recorded stream's reading thread panicked",
@@ -428,4 +595,104 @@ pub fn run(
         handled,
         ..Summary::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scored(id: &str, flagged: bool) -> ScoreOutput {
+        let line = format!(
+            r#"{{"id":"{id}","ts":1,"score":0.5,"flagged":{flagged},"threshold":0.0,"certified":true,"model_version":1,"threshold_version":0,"status":"scored","meta":null}}"#
+        );
+        serde_json::from_str(&line).expect("a score output")
+    }
+
+    fn labelled(id: &str, channel: Channel) -> Record {
+        Record::new(channel, 1, Some(id.to_string()), b"{}".to_vec())
+    }
+
+    fn writer_to(dir: &Path, scores: &Path) -> (Writer, Option<Labels>, Tracker) {
+        let file = std::fs::File::create(scores).expect("scores file");
+        let dlq = DlqWriter::open(&dir.join("dlq.jsonl")).expect("dlq");
+        let files = FileOutputs::new(
+            Box::new(std::io::BufWriter::new(file)),
+            scores.display().to_string(),
+            dlq,
+        );
+        let tracker = Tracker::new(Prequential::new(100, 0.05));
+        let (writer, labels) =
+            writing_thread(files, Some(tracker.clone())).expect("writing thread");
+        (writer, labels, tracker)
+    }
+
+    /// Scores and labels reach the accounting in the order the engine's thread made them,
+    /// across hand-overs, and a flush returns once every score before it is in the file.
+    #[test]
+    fn the_writing_thread_keeps_the_engine_order_and_flushes_what_came_before() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("scores.jsonl");
+        let (mut writer, labels, tracker) = writer_to(dir.path(), &path);
+        let labels = labels.expect("labels with a tracker");
+        let n = 3 * WRITE_BATCH + 17;
+        let (mut tp, mut fp) = (0, 0);
+        for i in 0..n {
+            let id = format!("e{i}");
+            let (positive, flagged) = (i % 3 == 0, i % 2 == 0);
+            let channel = match positive {
+                true => Channel::Positive,
+                false => Channel::Negative,
+            };
+            // Half the labels come before their score, half after.
+            if i % 4 < 2 {
+                labels.observe_record(&labelled(&id, channel));
+            }
+            writer.score(scored(&id, flagged), None).expect("queued");
+            if i % 4 >= 2 {
+                labels.observe_record(&labelled(&id, channel));
+            }
+            tp += usize::from(positive && flagged);
+            fp += usize::from(!positive && flagged);
+        }
+        writer.flush().expect("flushed");
+        let written = std::fs::read_to_string(&path).expect("scores");
+        let ids: Vec<String> = written
+            .lines()
+            .map(|l| serde_json::from_str::<ScoreOutput>(l).expect("a score").id)
+            .collect();
+        let expected: Vec<String> = (0..n).map(|i| format!("e{i}")).collect();
+        assert_eq!(ids, expected);
+        let report = tracker.take().finish();
+        assert_eq!(report.total.scored, n as u64);
+        assert_eq!(report.total.true_positives, tp as u64);
+        assert_eq!(report.total.false_positives, fp as u64);
+        assert_eq!(report.total.positives, n.div_ceil(3) as u64);
+        assert_eq!(report.without_truth, 0);
+    }
+
+    /// A write that fails is returned, naming the file, by every call after the thread met
+    /// it: the engine cannot go on as if its scores were written.
+    #[test]
+    fn a_failed_write_is_returned_by_every_later_call() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (mut writer, _, _) = writer_to(dir.path(), Path::new("/dev/full"));
+        let mut first = None;
+        for i in 0..100 * WRITE_BATCH {
+            if let Err(e) = writer.score(scored(&format!("e{i}"), true), None) {
+                first = Some(e.to_string());
+                break;
+            }
+        }
+        let first = match first {
+            Some(e) => e,
+            None => writer.flush().expect_err("the flush fails").to_string(),
+        };
+        assert!(first.contains("/dev/full"), "{first}");
+        for _ in 0..3 {
+            let again = writer.flush().expect_err("still failing").to_string();
+            assert_eq!(again, first);
+            let score = writer.score(scored("late", true), None);
+            assert_eq!(score.expect_err("refused").to_string(), first);
+        }
+    }
 }

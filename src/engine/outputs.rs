@@ -22,6 +22,11 @@ pub enum OutputError {
     Kafka(String),
     #[error("{0}")]
     Unsupported(String),
+    #[error("the writing thread is gone: {0}")]
+    WriterGone(String),
+    /// A sink that writes on a thread of its own met this error earlier; it writes no more.
+    #[error("{0}")]
+    Earlier(String),
 }
 
 /// The Kafka position of the input message an output answers.
