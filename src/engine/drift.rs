@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 
 use crate::config::DriftConfig;
 use crate::data::{RowRef, Rows};
-use crate::learn::metrics::{ks_two_sample, largest_mean_shift, Moments};
+use crate::learn::metrics::{ks_two_sample_sorted, largest_mean_shift, Moments};
 use crate::stream::event::Features;
 
 /// A detected change: the KS statistic and its p-value.
@@ -36,6 +36,9 @@ pub struct ScoreDrift {
     every: usize,
     p_value: f64,
     reference: Vec<f64>,
+    /// Whether `reference` is sorted ascending: it is sorted at its first test and stays so
+    /// until the next reset.
+    reference_sorted: bool,
     recent: VecDeque<f64>,
     since_test: usize,
 }
@@ -47,6 +50,7 @@ impl ScoreDrift {
             every: config.every.max(1),
             p_value: config.p_value,
             reference: Vec::new(),
+            reference_sorted: false,
             recent: VecDeque::new(),
             since_test: 0,
         }
@@ -58,6 +62,7 @@ impl ScoreDrift {
         let excess = reference.len().saturating_sub(self.window);
         reference.drain(..excess);
         self.reference = reference;
+        self.reference_sorted = false;
         self.recent.clear();
         self.since_test = 0;
     }
@@ -70,6 +75,7 @@ impl ScoreDrift {
         }
         if self.reference.len() < self.window {
             self.reference.push(score);
+            self.reference_sorted = false;
             return None;
         }
         if self.recent.len() == self.window {
@@ -81,7 +87,13 @@ impl ScoreDrift {
             return None;
         }
         self.since_test = 0;
-        let (statistic, p_value) = ks_two_sample(&self.reference, self.recent.make_contiguous())?;
+        if !self.reference_sorted {
+            self.reference.sort_by(f64::total_cmp);
+            self.reference_sorted = true;
+        }
+        let mut recent: Vec<f64> = self.recent.iter().copied().collect();
+        recent.sort_by(f64::total_cmp);
+        let (statistic, p_value) = ks_two_sample_sorted(&self.reference, &recent)?;
         if p_value >= self.p_value {
             return None;
         }
@@ -207,10 +219,22 @@ impl FeatureDrift {
             self.reference.add(row_of(x));
             return None;
         }
-        if self.recent.len() == self.window {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(x.clone());
+        // The features of the event leaving the sample are overwritten in place: a copy per
+        // event was an allocation and a free on the engine's thread.
+        let leaving = if self.recent.len() == self.window {
+            self.recent.pop_front()
+        } else {
+            None
+        };
+        let kept = match (leaving, x) {
+            (Some(Features::Dense(mut values)), Features::Dense(new)) => {
+                values.clear();
+                values.extend_from_slice(new);
+                Features::Dense(values)
+            }
+            _ => x.clone(),
+        };
+        self.recent.push_back(kept);
         self.since_test += 1;
         if self.recent.len() < self.window || self.since_test < self.every {
             return None;

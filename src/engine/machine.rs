@@ -1798,6 +1798,11 @@ impl Engine {
             .waiting_retry_at
             .map_or(true, |at| now.saturating_duration_since(at) >= half);
         if rested && now.saturating_duration_since(seen) >= half {
+            tracing::info!(
+                waiting = self.pending.len(),
+                new_window_events = self.events_since_attempt,
+                "events have waited half of scoring.max_wait for a first model; retrying the retrain"
+            );
             self.waiting_retry = true;
             self.waiting_retry_at = Some(now);
         }
