@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -35,6 +36,9 @@ pub(super) struct GroupContext {
     /// so lag is summed per group and a trainer's view of the inputs never adds to the scorers'.
     pub(super) group: String,
     pub(super) changes: Mutex<Vec<GroupChange>>,
+    /// When the last rebalance (assignment or revocation) was served: leaving the group
+    /// waits until they have stopped for a moment ([`super::settle_group`]).
+    pub(super) last_rebalance: Mutex<Option<Instant>>,
     /// Committed synchronously when a partition is revoked, before another member takes it.
     pub(super) commit_points: Mutex<CommitPoints>,
     /// A client of the companion group `<group_id>.done`, never subscribed: it only commits
@@ -237,6 +241,7 @@ impl ConsumerContext for GroupContext {
                 .collect();
             commit_both(consumer, &revoked_points);
             lock(&self.changes).push(GroupChange::Revoked(revoked));
+            *lock(&self.last_rebalance) = Some(Instant::now());
         }
     }
 
@@ -250,6 +255,7 @@ impl ConsumerContext for GroupContext {
                     .inc();
                 tracing::info!(partitions = ?named(&assigned), "partitions assigned");
                 lock(&self.changes).push(GroupChange::Assigned(assigned));
+                *lock(&self.last_rebalance) = Some(Instant::now());
             }
             Rebalance::Error(e) => {
                 self.metrics

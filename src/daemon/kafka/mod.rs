@@ -80,6 +80,10 @@ const BATCH: usize = 256;
 const POLL: Duration = Duration::from_millis(50);
 /// Deadline of a committed-offsets lookup after an assignment.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Before leaving the group, how long no rebalance must have come ([`settle_group`]) …
+const SETTLE_QUIET: Duration = Duration::from_millis(500);
+/// … waiting at most this long.
+const SETTLE_LIMIT: Duration = Duration::from_secs(5);
 /// How long leaving the consumer group may take at shutdown ([`leave_group`]).
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -220,6 +224,7 @@ pub fn connect(
         metrics: metrics.clone(),
         group: group.clone(),
         changes: Mutex::new(Vec::new()),
+        last_rebalance: Mutex::new(None),
         commit_points: Mutex::new(BTreeMap::new()),
         done,
     };
@@ -395,8 +400,33 @@ pub fn run(
     let summary = lp.summary;
     let consumer = Arc::clone(&lp.clients.consumer);
     drop(lp);
+    settle_group(&consumer);
     leave_group(consumer);
     result.map(|()| summary)
+}
+
+/// Serves the consumer's callbacks, its partitions paused and its messages left unread (their
+/// offsets are not committed: the next owner reads them), until no rebalance has come for
+/// [`SETTLE_QUIET`], at most [`SETTLE_LIMIT`]. Closing while an assignment just served is
+/// still being applied aborts the process inside librdkafka (`rd_kafka_cgrp_terminated`:
+/// `!rd_kafka_assignment_in_progress`; seen in CI when a member stopped right as the
+/// partitions of one that had left came back to it).
+fn settle_group(consumer: &BaseConsumer<GroupContext>) {
+    let started = Instant::now();
+    while started.elapsed() < SETTLE_LIMIT {
+        let last = *lock(&consumer.context().last_rebalance);
+        if last.map_or(true, |at| at.elapsed() >= SETTLE_QUIET) {
+            return;
+        }
+        if let Ok(assignment) = consumer.assignment() {
+            let _ = consumer.pause(&assignment);
+        }
+        let _ = consumer.poll(Duration::from_millis(10));
+    }
+    tracing::warn!(
+        limit = ?SETTLE_LIMIT,
+        "rebalances went on while leaving the group; closing the consumer anyway"
+    );
 }
 
 /// `POST /v1/events/*` on a Kafka source: the events go to their channel's input topic.
