@@ -196,53 +196,45 @@ pub fn writing_thread(
         .name("replay-writer".into())
         .spawn(move || {
             // After an error nothing more is written; the queue is still drained, so the
-            // engine never blocks on it, and every flush is answered.
+            // engine never blocks on it, and every flush is answered (after the error is
+            // recorded, so the flushing call sees it).
             let mut healthy = true;
-            let fail = |e: OutputError, healthy: &mut bool| {
-                *healthy = false;
-                let mut first = seen.lock().unwrap_or_else(|p| p.into_inner());
-                first.get_or_insert(e.to_string());
-            };
-            for batch in batches {
-                for item in batch {
-                    match item {
-                        Written::Score(output) => {
-                            if let Some(t) = &tracker {
-                                t.lock().observe_score(&output);
-                            }
-                            if healthy {
-                                if let Err(e) = files.score(output, None) {
-                                    fail(e, &mut healthy);
-                                }
-                            }
+            for item in batches.into_iter().flatten() {
+                let mut flushed = None;
+                let written = match item {
+                    Written::Score(output) => {
+                        if let Some(t) = &tracker {
+                            t.lock().observe_score(&output);
                         }
-                        Written::Label(id, channel) => {
-                            if let Some(t) = &tracker {
-                                t.lock().observe_label(&id, channel);
-                            }
-                        }
-                        Written::DeadLetter(letter) if healthy => {
-                            if let Err(e) = files.dead_letter(&letter) {
-                                fail(e, &mut healthy);
-                            }
-                        }
-                        Written::Unreadable(letter) if healthy => {
-                            if let Err(e) = files.unreadable_line(&letter) {
-                                fail(e, &mut healthy);
-                            }
-                        }
-                        Written::DeadLetter(_) | Written::Unreadable(_) => {}
-                        Written::Flush(done) => {
-                            let result = match healthy {
-                                true => files.flush(),
-                                false => Ok(()),
-                            };
-                            if let Err(e) = result {
-                                fail(e, &mut healthy);
-                            }
-                            let _ = done.send(());
+                        match healthy {
+                            true => files.score(output, None),
+                            false => Ok(()),
                         }
                     }
+                    Written::Label(id, channel) => {
+                        if let Some(t) = &tracker {
+                            t.lock().observe_label(&id, channel);
+                        }
+                        Ok(())
+                    }
+                    Written::DeadLetter(letter) if healthy => files.dead_letter(&letter),
+                    Written::Unreadable(letter) if healthy => files.unreadable_line(&letter),
+                    Written::DeadLetter(_) | Written::Unreadable(_) => Ok(()),
+                    Written::Flush(done) => {
+                        flushed = Some(done);
+                        match healthy {
+                            true => files.flush(),
+                            false => Ok(()),
+                        }
+                    }
+                };
+                if let Err(e) = written {
+                    healthy = false;
+                    let mut first = seen.lock().unwrap_or_else(|p| p.into_inner());
+                    first.get_or_insert(e.to_string());
+                }
+                if let Some(done) = flushed {
+                    let _ = done.send(());
                 }
             }
         })

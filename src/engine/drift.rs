@@ -1,5 +1,5 @@
 //! Drift detection on the active model's unlabeled scores: a two-sample Kolmogorov–Smirnov
-//! test ([`crate::learn::metrics::ks_two_sample`]) between a reference sample and the latest
+//! test ([`crate::learn::metrics::ks_two_sample_sorted`]) between a reference sample and the latest
 //! `window` scores, every `every` new scores ([`ScoreDrift`]); and on the unlabeled events'
 //! feature means: Welch's z per feature, Bonferroni-adjusted
 //! ([`crate::learn::metrics::largest_mean_shift`]), between the same reference events and the
@@ -35,10 +35,9 @@ pub struct ScoreDrift {
     window: usize,
     every: usize,
     p_value: f64,
+    /// Sorted ascending once it holds `window` scores (the tests need it sorted; it does not
+    /// change until the next reset).
     reference: Vec<f64>,
-    /// Whether `reference` is sorted ascending: it is sorted at its first test and stays so
-    /// until the next reset.
-    reference_sorted: bool,
     recent: VecDeque<f64>,
     since_test: usize,
 }
@@ -50,7 +49,6 @@ impl ScoreDrift {
             every: config.every.max(1),
             p_value: config.p_value,
             reference: Vec::new(),
-            reference_sorted: false,
             recent: VecDeque::new(),
             since_test: 0,
         }
@@ -62,9 +60,15 @@ impl ScoreDrift {
         let excess = reference.len().saturating_sub(self.window);
         reference.drain(..excess);
         self.reference = reference;
-        self.reference_sorted = false;
+        self.sort_full_reference();
         self.recent.clear();
         self.since_test = 0;
+    }
+
+    fn sort_full_reference(&mut self) {
+        if self.reference.len() == self.window {
+            self.reference.sort_by(f64::total_cmp);
+        }
     }
 
     /// One unlabeled score of the active model; a detection when this score completes a
@@ -75,7 +79,7 @@ impl ScoreDrift {
         }
         if self.reference.len() < self.window {
             self.reference.push(score);
-            self.reference_sorted = false;
+            self.sort_full_reference();
             return None;
         }
         if self.recent.len() == self.window {
@@ -87,10 +91,6 @@ impl ScoreDrift {
             return None;
         }
         self.since_test = 0;
-        if !self.reference_sorted {
-            self.reference.sort_by(f64::total_cmp);
-            self.reference_sorted = true;
-        }
         let mut recent: Vec<f64> = self.recent.iter().copied().collect();
         recent.sort_by(f64::total_cmp);
         let (statistic, p_value) = ks_two_sample_sorted(&self.reference, &recent)?;

@@ -278,18 +278,8 @@ pub fn largest_mean_shift(a: &Moments, b: &Moments) -> Option<(usize, f64, f64)>
 /// its asymptotic p-value Q_KS(λ) = 2 Σ_{k≥1} (−1)^{k−1} e^{−2k²λ²}, λ = (√n_e + 0.12 +
 /// 0.11/√n_e)·D, n_e = n_a·n_b/(n_a + n_b) (Stephens' correction; Numerical Recipes §14.3).
 /// Ties make the test conservative (D can only shrink). `None` if either sample is empty or
-/// holds a non-finite score.
-pub fn ks_two_sample(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
-    let sorted = |x: &[f64]| {
-        let mut v = x.to_vec();
-        v.sort_by(f64::total_cmp);
-        v
-    };
-    ks_two_sample_sorted(&sorted(a), &sorted(b))
-}
-
-/// [`ks_two_sample`] on samples already sorted ascending (`f64::total_cmp`), so a sample
-/// tested many times is sorted once.
+/// holds a non-finite score. Both samples come sorted ascending (`f64::total_cmp`), so a
+/// sample tested many times is sorted once.
 pub fn ks_two_sample_sorted(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
     if a.is_empty() || b.is_empty() || a.iter().chain(b).any(|v| !v.is_finite()) {
         return None;
@@ -336,6 +326,16 @@ mod tests {
     use super::*;
 
     const EPS: f64 = 1e-12;
+
+    /// [`ks_two_sample_sorted`] of unsorted samples.
+    fn ks_two_sample(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
+        let sorted = |x: &[f64]| {
+            let mut v = x.to_vec();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        ks_two_sample_sorted(&sorted(a), &sorted(b))
+    }
 
     /// Reference values: D exactly, and the p-value of D = 0.5 at n = 10 + 10 in the range of
     /// the exact one (0.167) and the uncorrected asymptotic one (0.068); and the size of the
