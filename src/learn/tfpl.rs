@@ -627,6 +627,32 @@ fn warm_values(prev: &TfplModel, ids: &[&str], m: usize, x: &mut [f64]) -> Resul
     Ok(())
 }
 
+/// One trial step of the backtracking line search (Beck–Teboulle, FISTA with backtracking):
+/// g at the projected point, g at y, and the linear and quadratic terms of the model of g
+/// around y.
+struct Step {
+    g_next: f64,
+    g_y: f64,
+    linear: f64,
+    square: f64,
+}
+
+impl Step {
+    /// Whether g at the new point lies under its quadratic model with step 1/L.
+    ///
+    /// A step that did not move y (the projection returned y itself) is accepted: no smaller
+    /// step exists, and the two values of g then differ by round-off only (y's scores are
+    /// extrapolated, the new point's recomputed). Refusing it doubled L to ∞ and the model to
+    /// NaN, a loop without end (a kernel τ-FPL retrain held past its time limit).
+    fn accepted(&self, lipschitz: f64) -> bool {
+        if self.square == 0.0 {
+            return true;
+        }
+        let model = self.g_y + self.linear + 0.5 * lipschitz * self.square;
+        self.g_next <= model + 1e-12 * model.abs().max(1.0)
+    }
+}
+
 enum Stop {
     Converged,
     Limit,
@@ -746,6 +772,14 @@ impl Fista {
             }
             let gy = self.g(&y, &sy);
             loop {
+                // Checked per trial step too: a search that keeps refusing must still stop.
+                if cancel.load(Ordering::Relaxed) {
+                    outcome.stop = Stop::Cancelled;
+                    return Ok(outcome);
+                }
+                if params.limit_reached(outcome.iterations, start) {
+                    return Ok(outcome);
+                }
                 for i in 0..len {
                     let target = y[i] - grad[i] / self.lipschitz;
                     if i < m {
@@ -764,8 +798,13 @@ impl Fista {
                     linear += g * (n - y);
                     square += (n - y) * (n - y);
                 }
-                let model = gy + linear + 0.5 * self.lipschitz * square;
-                if self.g(&next, &snext) <= model + 1e-12 * model.abs().max(1.0) {
+                let step = Step {
+                    g_next: self.g(&next, &snext),
+                    g_y: gy,
+                    linear,
+                    square,
+                };
+                if step.accepted(self.lipschitz) {
                     break;
                 }
                 self.lipschitz *= 2.0;
@@ -849,6 +888,35 @@ mod tests {
         let mut out = vec![0.0; data.len()];
         model.expansion.decision_batch(&data.rows, &mut out);
         out
+    }
+
+    /// The values a kernel τ-FPL retrain on a spambase stream stalled on (L doubled past
+    /// 1e300, then ∞ and a NaN model): the step did not move y and g differed by 3e-12 only
+    /// through y's extrapolated scores. Such a step ends the search; a step that moves and
+    /// rises above the model is still refused, one under it accepted.
+    #[test]
+    fn a_step_that_cannot_move_ends_the_backtracking() {
+        let stalled = Step {
+            g_next: -3.059492317823552,
+            g_y: -3.05949231782665,
+            linear: 0.0,
+            square: 0.0,
+        };
+        assert!(stalled.accepted(3.9e35));
+        assert!(stalled.accepted(f64::INFINITY));
+        let rising = Step {
+            g_next: 1.0,
+            g_y: 0.0,
+            linear: 0.0,
+            square: 1e-3,
+        };
+        assert!(!rising.accepted(10.0));
+        assert!(rising.accepted(2000.0 + 1e-9));
+        let nan = Step {
+            g_next: f64::NAN,
+            ..rising
+        };
+        assert!(!nan.accepted(1e6));
     }
 
     /// Positives drawn like the negatives: at k = ⌊0.01·n⌋ + 1 the top-k negatives outscore
