@@ -330,11 +330,15 @@ fn mean_tpr_up_to(positive: &[f64], negative: &[f64], tau: f64) -> f64 {
 
 /// The largest share of `positive` scores above a threshold whose PU-estimated FPR,
 /// (flag rate of `unlabeled` − π·TPR)/(1 − π), is ≤ `tau`; thresholds range over the scores.
+/// A NaN score is above no threshold: it counts in its sample's size, never as flagged.
 fn pu_tpr_at_fpr(positive: &[f64], unlabeled: &[f64], tau: f64, prior: f64) -> f64 {
+    // NaN is left out of the walk: it never equals itself, so its tie group below would never
+    // advance (a loop without end, without a cancel check, on a fit gone NaN).
     let mut all: Vec<(f64, bool)> = positive
         .iter()
         .map(|&s| (s, true))
         .chain(unlabeled.iter().map(|&s| (s, false)))
+        .filter(|(s, _)| !s.is_nan())
         .collect();
     all.sort_by(|a, b| b.0.total_cmp(&a.0));
     let (np, nu) = (positive.len() as f64, unlabeled.len() as f64);
@@ -407,6 +411,17 @@ mod tests {
         // With a prior of 0.1, flagging the 5 unlabeled at 2 costs FPR (1/3 − 0.1)/0.9 = 0.26.
         assert_eq!(pu_tpr_at_fpr(&positive, &unlabeled, 0.05, 0.1), 0.0);
         assert_eq!(pu_tpr_at_fpr(&positive, &unlabeled, 0.3, 0.1), 1.0);
+    }
+
+    /// A NaN score (a fit gone NaN) stalled the tie walk forever. It is flagged by no
+    /// threshold but counts in its sample: positives [NaN, 2], unlabeled [NaN, 1, 0] at
+    /// π = 0.5 flag one positive of two at FPR est (0 − 0.25)/0.5 ≤ τ; all NaN flags nothing.
+    #[test]
+    fn the_pu_criterion_ends_on_nan_scores_and_flags_none_of_them() {
+        let nan = f64::NAN;
+        assert_eq!(pu_tpr_at_fpr(&[nan, 2.0], &[nan, 1.0, 0.0], 0.05, 0.5), 0.5);
+        assert_eq!(pu_tpr_at_fpr(&[nan; 3], &[nan; 4], 0.05, 0.5), 0.0);
+        assert_eq!(pu_tpr_at_fpr(&[-nan, 2.0], &[1.0], 0.05, 0.5), 0.5);
     }
 
     /// Two classes whose means differ along feature 0, with the negatives' upper tail reaching
