@@ -187,12 +187,10 @@ pub struct ModelConfig {
     #[serde(default = "default_reg")]
     pub reg: Reg,
     /// Kernel: `linear`, `rbf` or `poly` (default: rbf for usmo, linear for tfpl).
-    /// tfpl with a non-linear kernel solves by FISTA over the Gram matrix, which is slow:
-    /// 2 000 spambase rows, RBF, R = 1e-2 took 235 000 iterations and 243 s to the 1e-6 gap,
-    /// and `rank_tau = "auto"` fits a dozen such problems per search, so on windows of a few
-    /// thousand events every retrain ends at `retrain.time_limit` and nothing is served (a
-    /// spambase stream, windows of 2 000: six retrains in a row stopped at a 10 s limit). For
-    /// a kernel model in the daemon use usmo.
+    /// tfpl with a non-linear kernel solves by FISTA over the Gram matrix, which takes
+    /// minutes for a few thousand events (docs/tau-fpl.md §1.4): the daemon's retrains then
+    /// end at `retrain.time_limit` and nothing is served. For a kernel model in the daemon
+    /// use usmo.
     #[serde(default)]
     pub kernel: Option<KernelName>,
     /// RBF / poly γ (default 1 / number of features).
