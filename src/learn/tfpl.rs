@@ -173,6 +173,8 @@ pub enum TfplError {
     Projection(#[from] ProjectionError),
     #[error("cannot warm-start: {0}")]
     WarmStart(String),
+    #[error("stopped (cancelled or out of time) while building the {samples}-sample Gram matrix, before any solution")]
+    StoppedBuildingGram { samples: usize },
 }
 
 /// The outcome of a fit.
@@ -260,15 +262,16 @@ impl ScoreMap {
         }
     }
 
-    /// λ_max of u ↦ s by power iteration (the map is symmetric positive semi-definite).
-    fn largest_eigenvalue(&self, len: usize) -> f64 {
+    /// λ_max of u ↦ s by power iteration (the map is symmetric positive semi-definite); the
+    /// estimate so far once `stopped` says so (the solve that follows then stops at once).
+    fn largest_eigenvalue(&self, len: usize, stopped: impl Fn() -> bool) -> f64 {
         let mut u: Vec<f64> = (0..len).map(|i| 1.0 + (i % 7) as f64 * 0.1).collect();
         let mut s = vec![0.0; len];
         let mut v = Vec::new();
         let mut estimate = 0.0;
         for _ in 0..100 {
             let norm = u.iter().map(|x| x * x).sum::<f64>().sqrt();
-            if norm == 0.0 {
+            if norm == 0.0 || stopped() {
                 break;
             }
             u.iter_mut().for_each(|x| *x /= norm);
@@ -529,6 +532,10 @@ impl TfplValidParams {
                 let mut gram = Array2::zeros((len, len));
                 let mut row = vec![0.0; len];
                 for i in 0..len {
+                    // A Gram matrix near the budget takes seconds; a stop must not wait for it.
+                    if cancel.load(Ordering::Relaxed) || self.limit_reached(0, start) {
+                        return Err(TfplError::StoppedBuildingGram { samples: len });
+                    }
                     kr.cross_row(z.row(i), &mut row);
                     gram.row_mut(i).assign(&ndarray::ArrayView1::from(&row[..]));
                 }
@@ -545,7 +552,8 @@ impl TfplValidParams {
             let (alpha, beta) = x.split_at_mut(m);
             project(&a0, &b0, k, alpha, beta, &mut ws)?;
         }
-        let mut solver = Fista::new(map, m, k, x);
+        let stopped = || cancel.load(Ordering::Relaxed) || self.limit_reached(0, start);
+        let mut solver = Fista::new(map, m, k, x, stopped);
         let outcome = solver.run(self, cancel, start, &mut ws)?;
 
         let Fista {
@@ -678,10 +686,10 @@ struct Fista {
 }
 
 impl Fista {
-    fn new(map: ScoreMap, m: usize, k: usize, x: Vec<f64>) -> Fista {
+    fn new(map: ScoreMap, m: usize, k: usize, x: Vec<f64>, stopped: impl Fn() -> bool) -> Fista {
         let len = x.len();
         // Hessian of g = DKD/(mR) + diag(½I_m, 0) (docs/tau-fpl.md §1.3).
-        let lipschitz = map.largest_eigenvalue(len) + 0.5;
+        let lipschitz = map.largest_eigenvalue(len, stopped) + 0.5;
         let mut fista = Fista {
             map,
             m,
@@ -1434,6 +1442,38 @@ mod tests {
     fn fit_other(params: &TfplValidParams, seed: u64, m: usize, n: usize, d: usize) -> TfplModel {
         let other = synthetic(seed + 1, m.max(2), n.max(2), d);
         params.fit(&other, &AtomicBool::new(false)).unwrap()
+    }
+
+    /// The power iteration finds λ_max of a small Gram map, and gives up at once (estimate 0)
+    /// when told to stop: with a Gram matrix near the budget its 100 products take seconds.
+    #[test]
+    fn the_power_iteration_stops_when_told() {
+        let map = ScoreMap::Gram {
+            k: ndarray::array![[3.0, 1.0], [1.0, 3.0]],
+            scale: 0.5,
+        };
+        assert!((map.largest_eigenvalue(2, || false) - 2.0).abs() < 1e-5);
+        assert_eq!(map.largest_eigenvalue(2, || true), 0.0);
+    }
+
+    /// A kernel fit stopped before its Gram matrix is built says so instead of building it
+    /// first (seconds near the budget, which held a daemon's shutdown).
+    #[test]
+    fn a_kernel_fit_stops_while_building_its_gram_matrix() {
+        let data = synthetic(3, 30, 90, 4);
+        let mut p = TfplParams::new(0.1, 0.1);
+        p.kernel = Kernel::Rbf { gamma: 1.0 };
+        let params = p.clone().check().unwrap();
+        let err = params.fit(&data, &AtomicBool::new(true)).unwrap_err();
+        assert_eq!(err, TfplError::StoppedBuildingGram { samples: 120 });
+        p.time_limit = Some(std::time::Duration::ZERO);
+        let err = p.check().unwrap().fit(&data, &AtomicBool::new(false));
+        assert_eq!(
+            err.unwrap_err(),
+            TfplError::StoppedBuildingGram { samples: 120 }
+        );
+        let full = params.fit(&data, &AtomicBool::new(false)).unwrap();
+        assert!(full.report.converged && full.report.iterations > 0);
     }
 
     #[test]
