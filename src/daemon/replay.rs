@@ -200,35 +200,25 @@ pub fn writing_thread(
             // recorded, so the flushing call sees it).
             let mut healthy = true;
             for item in batches.into_iter().flatten() {
-                let mut flushed = None;
-                let written = match item {
-                    Written::Score(output) => {
-                        if let Some(t) = &tracker {
-                            t.lock().observe_score(&output);
-                        }
-                        match healthy {
-                            true => files.score(output, None),
-                            false => Ok(()),
-                        }
+                if let Some(t) = &tracker {
+                    match &item {
+                        Written::Score(output) => t.lock().observe_score(output),
+                        Written::Label(id, channel) => t.lock().observe_label(id, *channel),
+                        _ => {}
                     }
-                    Written::Label(id, channel) => {
-                        if let Some(t) = &tracker {
-                            t.lock().observe_label(&id, channel);
-                        }
-                        Ok(())
+                }
+                let (written, flushed) = match item {
+                    Written::Score(output) => (healthy.then(|| files.score(output, None)), None),
+                    Written::Label(..) => (None, None),
+                    Written::DeadLetter(letter) => {
+                        (healthy.then(|| files.dead_letter(&letter)), None)
                     }
-                    Written::DeadLetter(letter) if healthy => files.dead_letter(&letter),
-                    Written::Unreadable(letter) if healthy => files.unreadable_line(&letter),
-                    Written::DeadLetter(_) | Written::Unreadable(_) => Ok(()),
-                    Written::Flush(done) => {
-                        flushed = Some(done);
-                        match healthy {
-                            true => files.flush(),
-                            false => Ok(()),
-                        }
+                    Written::Unreadable(letter) => {
+                        (healthy.then(|| files.unreadable_line(&letter)), None)
                     }
+                    Written::Flush(done) => (healthy.then(|| files.flush()), Some(done)),
                 };
-                if let Err(e) = written {
+                if let Some(Err(e)) = written {
                     healthy = false;
                     let mut first = seen.lock().unwrap_or_else(|p| p.into_inner());
                     first.get_or_insert(e.to_string());

@@ -517,6 +517,9 @@ impl TfplValidParams {
     ) -> Result<Solved, TfplError> {
         let len = z.n_rows();
         let scale = 1.0 / (m as f64 * self.reg);
+        // A Gram matrix near the budget and its power iteration take seconds each; a stop
+        // must not wait for them.
+        let stopped = || cancel.load(Ordering::Relaxed) || self.limit_reached(0, start);
         let map = match self.kernel {
             Kernel::Linear => ScoreMap::Linear { z, scale },
             kernel => {
@@ -532,8 +535,7 @@ impl TfplValidParams {
                 let mut gram = Array2::zeros((len, len));
                 let mut row = vec![0.0; len];
                 for i in 0..len {
-                    // A Gram matrix near the budget takes seconds; a stop must not wait for it.
-                    if cancel.load(Ordering::Relaxed) || self.limit_reached(0, start) {
+                    if stopped() {
                         return Err(TfplError::StoppedBuildingGram { samples: len });
                     }
                     kr.cross_row(z.row(i), &mut row);
@@ -552,7 +554,6 @@ impl TfplValidParams {
             let (alpha, beta) = x.split_at_mut(m);
             project(&a0, &b0, k, alpha, beta, &mut ws)?;
         }
-        let stopped = || cancel.load(Ordering::Relaxed) || self.limit_reached(0, start);
         let mut solver = Fista::new(map, m, k, x, stopped);
         let outcome = solver.run(self, cancel, start, &mut ws)?;
 
